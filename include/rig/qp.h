@@ -1,0 +1,335 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef RIG_QP_H
+#define RIG_QP_H
+/*
+ * Reliable-connected queue pairs. Making, connecting and destroying are
+ * library calls; the hot path (room, send, read, receive, poll) is inline
+ * code over libibverbs' own inlines, so a post or a poll costs what raw verbs
+ * cost plus a few compares. Every rare case (a caller's mistake, a full
+ * ring, a failed queue pair, an error completion) goes to one out-of-line
+ * function, rig__qp_post_slow() or rig__qp_poll_slow().
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <infiniband/verbs.h>
+
+#include <rig/endpoint.h>
+#include <rig/region.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RIG_RING_ENTRIES 4095
+#define RIG_MESSAGE_MAX (1ull << 31)
+
+enum rig_side { RIG_SEND = 0, RIG_RECEIVE = 1 };
+
+struct rig_completion {
+	uint32_t bytes;		/* when error == 0: the bytes the entry moved */
+	int error;		/* 0: completed; < 0: failed, a negative errno */
+	const char *why;	/* NULL when error == 0; else a readable reason */
+};
+
+struct rig_nic;
+
+/*
+ * Each ring keeps its own CQ, so its completions come in the order of its
+ * entries (SPEC Q2), and 4096 slots indexed by sequence number & mask
+ * (a % 4095 costs two dozen instructions a post). Entry s is due while
+ * tail <= s < head; entries [tail, tail + ahead) already have their result
+ * in their slot, taken from the CQ early (to find a failure reported on
+ * the other ring) or filled in by the library (SPEC F6).
+ */
+#define RIG__SLOTS 4096u
+#define RIG__MASK (RIG__SLOTS - 1)
+
+struct rig__slot {
+	uint32_t len;		/* posted length; a receive's message length once reaped */
+	uint32_t failed;	/* once reaped: the entry did not complete */
+};
+
+struct rig__ring {
+	struct ibv_cq *cq;
+	struct rig__slot *slot;
+	uint32_t head;		/* sequence number of the next post */
+	uint32_t tail;		/* oldest entry whose completion is not taken */
+	uint32_t ahead;		/* reaped, not taken, from tail on */
+	uint32_t pad;
+};
+
+/*
+ * The library allocates every queue pair; applications hold pointers only.
+ * The fields below are read by the inline functions of this header.
+ */
+struct rig_qp {
+	/* read by inline code: ABI-frozen */
+	struct ibv_qp *ibqp;
+	const struct rig_nic *nic;
+	uint32_t broken;	/* 0: connected, healthy; else take the slow path */
+	uint32_t local;		/* the peer is on this NIC: reads allowed (M4) */
+	uint32_t msg_max;	/* min(2^31, the device's max_msg_sz) (Q3) */
+	uint32_t pad;
+	struct rig__ring ring[2];	/* indexed by enum rig_side */
+};
+
+/**
+ * rig_qp_make - make an unconnected queue pair whose sends start at a
+ * random 24-bit PSN (SPEC M1)
+ *
+ * Returns 0 and sets *out, or -errno with rig_errmsg() naming the verbs call
+ * the NIC refused; a failed make gives back all it took.
+ */
+int rig_qp_make(struct rig_nic *nic, struct rig_qp **out);
+
+/** rig_qp_endpoint - what a peer needs to connect to @qp (SPEC M2) */
+void rig_qp_endpoint(const struct rig_qp *qp, struct rig_endpoint *out);
+
+/**
+ * rig_qp_connect - connect @qp to @peer and make it ready to send (SPEC M3-M5)
+ *
+ * RESET->INIT->RTR->RTS: local ACK timeout 14 (67 ms), 7 transport retries
+ * (6 on Soft-RoCE, whose 7 means forever), infinite RNR retry. A peer on the
+ * same NIC (@qp itself included) may read this process's regions through
+ * @qp; a peer on another NIC gets no access at all.
+ *
+ * Returns 0; -EINVAL if @qp is connected or @peer's qp or psn is over 24
+ * bits; or the -errno of the refused step. Called again after a refusal, it
+ * starts over from RESET.
+ */
+int rig_qp_connect(struct rig_qp *qp, const struct rig_endpoint *peer);
+
+/**
+ * rig_qp_destroy - destroy @qp and free its rings (SPEC D1, D2)
+ *
+ * Once it returns 0 the NIC runs none of @qp's entries and writes no memory
+ * for it. On a NIC refusal it returns -errno; the handle counts as destroyed
+ * and rig_nic_close() frees what it holds.
+ */
+int rig_qp_destroy(struct rig_qp *qp);
+
+/*
+ * Out-of-line halves of the inline functions. Not for applications: their
+ * signatures may change with the inline code that calls them.
+ */
+enum rig__op { RIG__OP_SEND, RIG__OP_READ, RIG__OP_RECEIVE };
+int rig__qp_post_slow(struct rig_qp *qp, enum rig__op op,
+		      const struct rig_region *src, size_t src_at,
+		      const struct rig_region *dst, size_t dst_at, size_t n);
+int rig__qp_post_refused(struct rig_qp *qp, enum rig__op op, int ret);
+int rig__qp_poll_slow(struct rig_qp *qp, enum rig_side side,
+		      const struct ibv_wc *wc, int n, struct rig_completion *c);
+
+#define RIG_INLINE static inline
+
+/* The zero initializer, without -Wextra's complaints in C++. */
+#ifdef __cplusplus
+#define RIG__ZERO {}
+#else
+#define RIG__ZERO { 0 }
+#endif
+
+#if defined(__GNUC__)
+#define RIG__UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define RIG__UNLIKELY(x) (x)
+#endif
+
+/* The slow paths of another thread (rig_nic_events) may set qp->broken. */
+RIG_INLINE uint32_t rig__qp_broken(const struct rig_qp *qp)
+{
+#if defined(__GNUC__)
+	return __atomic_load_n(&qp->broken, __ATOMIC_RELAXED);
+#else
+	return *(volatile const uint32_t *)&qp->broken;
+#endif
+}
+
+/* Nonzero unless [at, at + n) lies in live region @r of @qp's NIC and n is
+ * a valid message length; written so that no sum can overflow. */
+RIG_INLINE int rig__qp_bad_span(const struct rig_qp *qp,
+				const struct rig_region *r, size_t at, size_t n)
+{
+	return !r || r->nic != qp->nic || at > r->len || n > r->len - at ||
+	       n > qp->msg_max;
+}
+
+RIG_INLINE uint32_t rig__ring_used(const struct rig__ring *q)
+{
+	return q->head - q->tail;
+}
+
+/**
+ * rig_qp_room - how many more entries the ring of @side takes (SPEC Q1)
+ *
+ * A slot frees when poll or wait takes its completion, not when the NIC
+ * completes it. Returns 0..RIG_RING_ENTRIES, or -EINVAL for a bad side.
+ */
+RIG_INLINE int rig_qp_room(const struct rig_qp *qp, enum rig_side side)
+{
+	if (RIG__UNLIKELY((unsigned)side > RIG_RECEIVE))
+		return -EINVAL;
+	return RIG_RING_ENTRIES - (int)rig__ring_used(&qp->ring[side]);
+}
+
+/**
+ * rig_qp_send - post the send of @n bytes at @at of @r to the peer (SPEC P1)
+ *
+ * Returns 0; -EINVAL if @qp is not connected, @r is not a live region of
+ * @qp's NIC, the bytes do not lie in @r or @n is over the message limit;
+ * -ENOSPC if the send ring is full. On error nothing is posted.
+ */
+RIG_INLINE int rig_qp_send(struct rig_qp *qp, const struct rig_region *r,
+			   size_t at, size_t n)
+{
+	struct rig__ring *q = &qp->ring[RIG_SEND];
+	struct ibv_send_wr *bad;
+	int ret;
+
+	if (RIG__UNLIKELY(rig__qp_bad_span(qp, r, at, n) |
+			  (rig__ring_used(q) >= RIG_RING_ENTRIES) |
+			  (rig__qp_broken(qp) != 0)))
+		return rig__qp_post_slow(qp, RIG__OP_SEND, NULL, 0, r, at, n);
+
+	struct ibv_sge sge = { (uintptr_t)(r->addr + at), (uint32_t)n, r->lkey };
+	struct ibv_send_wr wr = RIG__ZERO;
+
+	wr.wr_id = q->head;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_SEND;
+	q->slot[q->head & RIG__MASK].len = (uint32_t)n;
+	ret = ibv_post_send(qp->ibqp, &wr, &bad);
+	if (RIG__UNLIKELY(ret))
+		return rig__qp_post_refused(qp, RIG__OP_SEND, ret);
+	q->head++;
+	return 0;
+}
+
+/**
+ * rig_qp_read - post, on the send ring, the read of @n bytes at @src_at of
+ * @src into @dst_at of @dst; the peer serves it (SPEC P3)
+ *
+ * Returns as rig_qp_send() does, for both regions, and -EINVAL if the peer
+ * is not a queue pair of @qp's NIC.
+ */
+RIG_INLINE int rig_qp_read(struct rig_qp *qp, const struct rig_region *src,
+			   size_t src_at, const struct rig_region *dst,
+			   size_t dst_at, size_t n)
+{
+	struct rig__ring *q = &qp->ring[RIG_SEND];
+	struct ibv_send_wr *bad;
+	int ret;
+
+	if (RIG__UNLIKELY(rig__qp_bad_span(qp, src, src_at, n) |
+			  rig__qp_bad_span(qp, dst, dst_at, n) | !qp->local |
+			  (rig__ring_used(q) >= RIG_RING_ENTRIES) |
+			  (rig__qp_broken(qp) != 0)))
+		return rig__qp_post_slow(qp, RIG__OP_READ, src, src_at, dst,
+					 dst_at, n);
+
+	struct ibv_sge sge = { (uintptr_t)(dst->addr + dst_at), (uint32_t)n,
+			       dst->lkey };
+	struct ibv_send_wr wr = RIG__ZERO;
+
+	wr.wr_id = q->head;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_READ;
+	wr.wr.rdma.remote_addr = (uintptr_t)(src->addr + src_at);
+	wr.wr.rdma.rkey = src->rkey;
+	q->slot[q->head & RIG__MASK].len = (uint32_t)n;
+	ret = ibv_post_send(qp->ibqp, &wr, &bad);
+	if (RIG__UNLIKELY(ret))
+		return rig__qp_post_refused(qp, RIG__OP_READ, ret);
+	q->head++;
+	return 0;
+}
+
+/**
+ * rig_qp_receive - post a receive of up to @n bytes at @at of @r, filled by
+ * the peer's next send (SPEC P4)
+ *
+ * Returns as rig_qp_send() does, for the receive ring. A send longer than
+ * @n fails this queue pair and the peer's.
+ */
+RIG_INLINE int rig_qp_receive(struct rig_qp *qp, const struct rig_region *r,
+			      size_t at, size_t n)
+{
+	struct rig__ring *q = &qp->ring[RIG_RECEIVE];
+	struct ibv_recv_wr *bad;
+	int ret;
+
+	if (RIG__UNLIKELY(rig__qp_bad_span(qp, r, at, n) |
+			  (rig__ring_used(q) >= RIG_RING_ENTRIES) |
+			  (rig__qp_broken(qp) != 0)))
+		return rig__qp_post_slow(qp, RIG__OP_RECEIVE, NULL, 0, r, at, n);
+
+	struct ibv_sge sge = { (uintptr_t)(r->addr + at), (uint32_t)n, r->lkey };
+	struct ibv_recv_wr wr;
+
+	wr.wr_id = q->head;
+	wr.next = NULL;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	q->slot[q->head & RIG__MASK].len = (uint32_t)n;
+	ret = ibv_post_recv(qp->ibqp, &wr, &bad);
+	if (RIG__UNLIKELY(ret))
+		return rig__qp_post_refused(qp, RIG__OP_RECEIVE, ret);
+	q->head++;
+	return 0;
+}
+
+/* The kinds of completion each ring takes (SPEC F1): the send ring sends
+ * and reads, the receive ring plain sends, never immediate data. */
+RIG_INLINE int rig__wc_kind_ok(enum rig_side side, const struct ibv_wc *wc)
+{
+	if (side == RIG_RECEIVE)
+		return wc->opcode == IBV_WC_RECV &&
+		       !(wc->wc_flags & IBV_WC_WITH_IMM);
+	return wc->opcode == IBV_WC_SEND || wc->opcode == IBV_WC_RDMA_READ;
+}
+
+/**
+ * rig_qp_poll - take the completion of the oldest due entry of a ring
+ * (SPEC T1, T3)
+ *
+ * Returns 1 and fills @c when that entry has completed; 0 when it has not or
+ * no entry is due; -EINVAL for a bad side or a NULL @c. Makes no system
+ * call and sends the NIC no request, on every path.
+ */
+RIG_INLINE int rig_qp_poll(struct rig_qp *qp, enum rig_side side,
+			   struct rig_completion *c)
+{
+	struct rig__ring *q;
+	struct ibv_wc wc;
+	int n;
+
+	if (RIG__UNLIKELY((unsigned)side > RIG_RECEIVE || !c))
+		return rig__qp_poll_slow(qp, side, NULL, 0, c);
+	q = &qp->ring[side];
+	if (RIG__UNLIKELY(rig__qp_broken(qp) | q->ahead))
+		return rig__qp_poll_slow(qp, side, NULL, 0, c);
+	if (q->tail == q->head)
+		return 0;
+	n = ibv_poll_cq(q->cq, 1, &wc);
+	if (RIG__UNLIKELY(n != 1 || wc.status != IBV_WC_SUCCESS ||
+			  !rig__wc_kind_ok(side, &wc)))
+		return rig__qp_poll_slow(qp, side, &wc, n, c);
+	/* verbs gives a receive's length only; a send's or read's is ours */
+	c->bytes = side == RIG_RECEIVE ? wc.byte_len
+				       : q->slot[q->tail & RIG__MASK].len;
+	c->error = 0;
+	c->why = NULL;
+	q->tail++;
+	return 1;
+}
+
+#undef RIG__UNLIKELY
+#undef RIG__ZERO
+
+#ifdef __cplusplus
+}
+#endif
+#endif

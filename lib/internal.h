@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef RIG_INTERNAL_H
+#define RIG_INTERNAL_H
+/*
+ * What the library's files share and applications never see: the private
+ * halves of the objects, and the error-message helpers.
+ */
+#include <pthread.h>
+#include <stdbool.h>
+
+#include <rig/rig.h>
+
+#define RIG_EXPORT __attribute__((visibility("default")))
+#define __cold __attribute__((cold, noinline))
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+#define container_of(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* A doubly linked list, enough for the NIC's queue pairs and regions. */
+struct rig__list {
+	struct rig__list *next, *prev;
+};
+
+static inline void rig__list_init(struct rig__list *l)
+{
+	l->next = l->prev = l;
+}
+
+static inline void rig__list_add(struct rig__list *l, struct rig__list *e)
+{
+	e->next = l->next;
+	e->prev = l;
+	l->next->prev = e;
+	l->next = e;
+}
+
+static inline void rig__list_del(struct rig__list *e)
+{
+	e->prev->next = e->next;
+	e->next->prev = e->prev;
+	rig__list_init(e);
+}
+
+struct rig_nic {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	char name[IBV_SYSFS_NAME_MAX];
+	uint8_t port;
+	uint8_t mac[6];
+	uint32_t gid_index;
+	union ibv_gid gid;
+	uint32_t msg_max;		/* min(2^31, max_msg_sz) */
+	uint8_t retry_cnt;		/* see rig__nic_retry_cnt() */
+	uint8_t max_rd_atomic;		/* reads in flight, for local peers */
+	pthread_mutex_t lock;		/* the two lists */
+	struct rig__list qps;
+	struct rig__list regions;
+};
+
+struct rig__region {
+	struct rig_region pub;
+	struct ibv_mr *mr;		/* NULL once deregistered */
+	struct rig_nic *nic;
+	struct rig__list link;
+};
+
+enum rig__qp_state { RIG__RESET, RIG__HALF_CONNECTED, RIG__CONNECTED,
+		     RIG__DESTROYED };
+
+/* Bits of rig_qp.broken: anything nonzero sends posts and polls to the
+ * slow paths. */
+enum {
+	RIG__UNCONNECTED = 1 << 0,
+	RIG__FAILED = 1 << 1,	/* the failure record below is set */
+	RIG__EVENT = 1 << 2,	/* an async event failed it: apply in poll */
+};
+
+/* Where a failure came from. After the last three the library no longer
+ * trusts the NIC to complete what is due, and completes it itself (F2, F6). */
+enum rig__cause { RIG__CAUSE_NONE, RIG__CAUSE_ENTRY, RIG__CAUSE_FLUSH,
+		  RIG__CAUSE_KIND, RIG__CAUSE_EVENT, RIG__CAUSE_DEVICE };
+
+struct rig__qp {
+	struct rig_qp pub;
+	struct rig_nic *nic;
+	enum rig__qp_state state;
+	struct rig_endpoint self;
+	struct rig__list link;
+	/* The failure record: the first failure, kept for every later
+	 * completion of both rings (SPEC F3). */
+	enum rig__cause cause;
+	int error;
+	const char *why;
+	int wc_status;			/* the verbs status behind it, or -1 */
+	bool flushed;			/* a flush was reaped before any reason */
+	uint8_t distrust;		/* 1 << side: drop that ring's CQEs */
+	/* Set by rig_nic_events, from any thread, for the owner to apply. */
+	int event_error;
+	const char *event_why;
+};
+
+static inline struct rig__qp *rig__qp(struct rig_qp *qp)
+{
+	return container_of(qp, struct rig__qp, pub);
+}
+
+/* qp.c: destroys and frees a queue pair the NIC still lists. */
+int rig__qp_free(struct rig__qp *qp);
+
+/* ring.c: records @qp's first failure (SPEC F3); later ones change nothing. */
+void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
+		    const char *why, int wc_status);
+
+/* errmsg.c: set this thread's rig_errmsg() and return -err. */
+int rig__fail(int err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+int rig__fail_verbs(int err, const struct rig_nic *nic, const char *step);
+
+#endif

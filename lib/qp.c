@@ -1,0 +1,249 @@
+/* SPDX-License-Identifier: MIT */
+/* Making, connecting and destroying queue pairs (SPEC M1-M5, D1-D2). */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "internal.h"
+
+#define RIG_24BITS 0xffffffu
+
+/* Local ACK timeout 14: 4.096 us << 14 = 67 ms per transport retry (M3). */
+#define RIG_ACK_TIMEOUT 14
+/* RNR retry 7: retry without end while the peer has posted no receive. */
+#define RIG_RNR_RETRY 7
+/*
+ * How long a sender backs off after a receiver-not-ready NAK: 12 is
+ * 0.64 ms. 0 would mean 655 ms, a stall per late receive. On Soft-RoCE
+ * every value from 1 to 14 rounds up to its 8 ms resend period.
+ */
+#define RIG_MIN_RNR_TIMER 12
+
+static int ring_init(struct rig__qp *qp, struct rig__ring *ring)
+{
+	struct rig_nic *nic = qp->nic;
+
+	ring->slot = calloc(RIG__SLOTS, sizeof(*ring->slot));
+	if (!ring->slot)
+		return rig__fail(ENOMEM, "rig_qp_make: no memory for a ring");
+	ring->cq = ibv_create_cq(nic->ctx, RIG_RING_ENTRIES, ring, NULL, 0);
+	if (!ring->cq) {
+		free(ring->slot);
+		return rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_create_cq");
+	}
+	return 0;
+}
+
+static void ring_fini(struct rig__ring *ring)
+{
+	ibv_destroy_cq(ring->cq);
+	free(ring->slot);
+}
+
+static uint32_t random_psn(void)
+{
+	uint32_t r;
+
+	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+		r = (uint32_t)random();
+	return r & RIG_24BITS;
+}
+
+RIG_EXPORT __cold int rig_qp_make(struct rig_nic *nic, struct rig_qp **out)
+{
+	struct ibv_qp_init_attr attr = { 0 };
+	struct rig__qp *qp;
+	int ret;
+
+	if (!nic || !out)
+		return rig__fail(EINVAL, "rig_qp_make: NULL argument");
+	qp = calloc(1, sizeof(*qp));
+	if (!qp)
+		return rig__fail(ENOMEM, "rig_qp_make: out of memory");
+	qp->nic = nic;
+	ret = ring_init(qp, &qp->pub.ring[RIG_SEND]);
+	if (ret)
+		goto out_free;
+	ret = ring_init(qp, &qp->pub.ring[RIG_RECEIVE]);
+	if (ret)
+		goto out_send_ring;
+
+	attr.qp_context = qp;
+	attr.send_cq = qp->pub.ring[RIG_SEND].cq;
+	attr.recv_cq = qp->pub.ring[RIG_RECEIVE].cq;
+	attr.cap.max_send_wr = RIG_RING_ENTRIES;
+	attr.cap.max_recv_wr = RIG_RING_ENTRIES;
+	attr.cap.max_send_sge = 1;
+	attr.cap.max_recv_sge = 1;
+	attr.qp_type = IBV_QPT_RC;
+	attr.sq_sig_all = 1;	/* every entry gets a completion (Q2) */
+	qp->pub.ibqp = ibv_create_qp(nic->pd, &attr);
+	if (!qp->pub.ibqp) {
+		ret = rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_create_qp");
+		goto out_receive_ring;
+	}
+	qp->pub.nic = nic;
+	qp->pub.broken = RIG__UNCONNECTED;
+	qp->pub.msg_max = nic->msg_max;
+	qp->state = RIG__RESET;
+	qp->wc_status = -1;
+	qp->self.qp = qp->pub.ibqp->qp_num;
+	qp->self.psn = random_psn();
+	memcpy(qp->self.gid, nic->gid.raw, 16);
+	memcpy(qp->self.mac, nic->mac, 6);
+	pthread_mutex_lock(&nic->lock);
+	rig__list_add(&nic->qps, &qp->link);
+	pthread_mutex_unlock(&nic->lock);
+	*out = &qp->pub;
+	return 0;
+
+out_receive_ring:
+	ring_fini(&qp->pub.ring[RIG_RECEIVE]);
+out_send_ring:
+	ring_fini(&qp->pub.ring[RIG_SEND]);
+out_free:
+	free(qp);
+	return ret;
+}
+
+RIG_EXPORT void rig_qp_endpoint(const struct rig_qp *qp, struct rig_endpoint *out)
+{
+	*out = container_of(qp, const struct rig__qp, pub)->self;
+}
+
+/* A peer is local when its GID is one of this NIC's port's (SPEC M4). */
+static int peer_is_local(const struct rig_nic *nic, const uint8_t gid[16])
+{
+	struct ibv_port_attr pattr;
+	union ibv_gid g;
+	int i;
+
+	if (ibv_query_port(nic->ctx, nic->port, &pattr))
+		return 0;
+	for (i = 0; i < pattr.gid_tbl_len; i++)
+		if (!ibv_query_gid(nic->ctx, nic->port, i, &g) &&
+		    !memcmp(g.raw, gid, 16))
+			return 1;
+	return 0;
+}
+
+static int modify(struct rig__qp *qp, struct ibv_qp_attr *attr, int mask,
+		  const char *step)
+{
+	int ret = ibv_modify_qp(qp->pub.ibqp, attr, mask);
+
+	return ret ? rig__fail_verbs(ret, qp->nic, step) : 0;
+}
+
+RIG_EXPORT __cold int rig_qp_connect(struct rig_qp *pub,
+				     const struct rig_endpoint *peer)
+{
+	struct rig__qp *qp;
+	struct rig_nic *nic;
+	struct ibv_port_attr pattr;
+	struct ibv_qp_attr a;
+	int local, ret;
+
+	if (!pub || !peer)
+		return rig__fail(EINVAL, "rig_qp_connect: NULL argument");
+	qp = rig__qp(pub);
+	nic = qp->nic;
+	if (qp->state == RIG__CONNECTED)
+		return rig__fail(EINVAL, "rig_qp_connect: already connected");
+	if (peer->qp > RIG_24BITS || peer->psn > RIG_24BITS)
+		return rig__fail(EINVAL, "rig_qp_connect: peer qp %#x or psn %#x over 24 bits",
+				 peer->qp, peer->psn);
+	ret = ibv_query_port(nic->ctx, nic->port, &pattr);
+	if (ret)
+		return rig__fail_verbs(ret, nic, "ibv_query_port");
+	local = peer_is_local(nic, peer->gid);
+
+	/* A connect refused part-way starts over from RESET (M5). */
+	if (qp->state == RIG__HALF_CONNECTED) {
+		memset(&a, 0, sizeof(a));
+		a.qp_state = IBV_QPS_RESET;
+		ret = modify(qp, &a, IBV_QP_STATE, "->RESET");
+		if (ret)
+			return ret;
+		qp->state = RIG__RESET;
+	}
+	qp->state = RIG__HALF_CONNECTED;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.pkey_index = 0;
+	a.port_num = nic->port;
+	/* Only a peer on this NIC may read; nobody may write (M4). */
+	a.qp_access_flags = local ? IBV_ACCESS_REMOTE_READ : 0;
+	ret = modify(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+		     IBV_QP_ACCESS_FLAGS, "RESET->INIT");
+	if (ret)
+		return ret;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = pattr.active_mtu;
+	a.dest_qp_num = peer->qp;
+	a.rq_psn = peer->psn;
+	a.max_dest_rd_atomic = local ? nic->max_rd_atomic : 0;
+	a.min_rnr_timer = RIG_MIN_RNR_TIMER;
+	a.ah_attr.is_global = 1;
+	memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
+	a.ah_attr.grh.sgid_index = nic->gid_index;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = nic->port;
+	ret = modify(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+		     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+		     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+		     "INIT->RTR");
+	if (ret)
+		return ret;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = RIG_ACK_TIMEOUT;
+	a.retry_cnt = nic->retry_cnt;
+	a.rnr_retry = RIG_RNR_RETRY;
+	a.sq_psn = qp->self.psn;
+	a.max_rd_atomic = local ? nic->max_rd_atomic : 0;
+	ret = modify(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+		     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
+		     "RTR->RTS");
+	if (ret)
+		return ret;
+
+	qp->state = RIG__CONNECTED;
+	qp->pub.local = local;
+	__atomic_and_fetch(&qp->pub.broken, ~(uint32_t)RIG__UNCONNECTED,
+			   __ATOMIC_RELAXED);
+	return 0;
+}
+
+/* Destroys what the NIC holds for @qp, then frees it; the NIC's lock must
+ * not be held. On a refusal the queue pair stays listed, marked destroyed,
+ * for rig_nic_close to try again (D2). */
+int rig__qp_free(struct rig__qp *qp)
+{
+	struct rig_nic *nic = qp->nic;
+	int ret;
+
+	ret = ibv_destroy_qp(qp->pub.ibqp);
+	if (ret) {
+		qp->state = RIG__DESTROYED;
+		return rig__fail_verbs(ret, nic, "ibv_destroy_qp");
+	}
+	ring_fini(&qp->pub.ring[RIG_SEND]);
+	ring_fini(&qp->pub.ring[RIG_RECEIVE]);
+	pthread_mutex_lock(&nic->lock);
+	rig__list_del(&qp->link);
+	pthread_mutex_unlock(&nic->lock);
+	free(qp);
+	return 0;
+}
+
+RIG_EXPORT __cold int rig_qp_destroy(struct rig_qp *pub)
+{
+	if (!pub)
+		return rig__fail(EINVAL, "rig_qp_destroy: NULL queue pair");
+	return rig__qp_free(rig__qp(pub));
+}

@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The slow halves of the inline hot path: refused posts, posts to a failed
+ * queue pair, and every completion that is not a plain success.
+ *
+ * The failure model (SPEC F1-F6). A queue pair keeps one failure record,
+ * the first failure's error and reason. rxe and real NICs report one
+ * failure as an error completion on one ring and bare flushes everywhere
+ * else, and some entries (a receive posted after the QP went to ERR, or
+ * anything due after a device failure) never complete at all. So:
+ *   - a flush reports the recorded failure, not "flushed" (F3);
+ *   - a flush seen before any reason, or an empty ring with entries due,
+ *     makes the library reap the other ring too: the failing entry may sit
+ *     there (the application may take the rings in any order);
+ *   - once the failure is known and the ring's CQ is empty, the library
+ *     completes the ring's due entries itself, in order (F6), and drops any
+ *     CQE that comes later for them;
+ *   - after a completion of an unknown kind, an async event or a device
+ *     failure, the NIC is no longer trusted: both CQs are reaped once more,
+ *     then every later CQE is dropped (F2).
+ * None of this makes a system call or a control request (T3).
+ */
+#include <string.h>
+
+#include "internal.h"
+
+struct wc_error {
+	int error;
+	const char *why;
+};
+
+static const struct wc_error wc_errors[] = {
+	[IBV_WC_LOC_LEN_ERR] = { EMSGSIZE, "the message was longer than the receive" },
+	[IBV_WC_LOC_QP_OP_ERR] = { EIO, "local queue pair operation error: a message longer than the receive, or the local link is gone" },
+	[IBV_WC_LOC_EEC_OP_ERR] = { EIO, "local EE context operation error" },
+	[IBV_WC_LOC_PROT_ERR] = { EFAULT, "local protection error: the region is not registered" },
+	[IBV_WC_WR_FLUSH_ERR] = { ECANCELED, "the NIC flushed the queue pair without saying why" },
+	[IBV_WC_MW_BIND_ERR] = { EIO, "memory window bind error" },
+	[IBV_WC_BAD_RESP_ERR] = { EPROTO, "bad response from the peer" },
+	[IBV_WC_LOC_ACCESS_ERR] = { EACCES, "local access error" },
+	[IBV_WC_REM_INV_REQ_ERR] = { EREMOTEIO, "the peer refused the request as invalid: it grants no such access" },
+	[IBV_WC_REM_ACCESS_ERR] = { EACCES, "the peer refused access to its memory" },
+	[IBV_WC_REM_OP_ERR] = { EREMOTEIO, "the peer could not take the message: its receive was shorter than the message" },
+	[IBV_WC_RETRY_EXC_ERR] = { ETIMEDOUT, "the peer did not acknowledge: transport retries exhausted" },
+	[IBV_WC_RNR_RETRY_EXC_ERR] = { ETIMEDOUT, "the peer posted no receive: RNR retries exhausted" },
+	[IBV_WC_LOC_RDD_VIOL_ERR] = { EIO, "local RDD violation" },
+	[IBV_WC_REM_INV_RD_REQ_ERR] = { EREMOTEIO, "the peer refused the read request" },
+	[IBV_WC_REM_ABORT_ERR] = { ECONNABORTED, "the peer aborted the operation" },
+	[IBV_WC_INV_EECN_ERR] = { EIO, "invalid EE context number" },
+	[IBV_WC_INV_EEC_STATE_ERR] = { EIO, "invalid EE context state" },
+	[IBV_WC_FATAL_ERR] = { EIO, "fatal NIC error" },
+	[IBV_WC_RESP_TIMEOUT_ERR] = { ETIMEDOUT, "the response timed out" },
+	[IBV_WC_GENERAL_ERR] = { EIO, "general NIC error" },
+};
+
+static const char *const unknown_kind =
+	"a completion of a kind this ring does not take (immediate data or an RDMA write from the peer)";
+
+static struct wc_error wc_error(enum ibv_wc_status status)
+{
+	if ((size_t)status < sizeof(wc_errors) / sizeof(wc_errors[0]) &&
+	    wc_errors[status].why)
+		return wc_errors[status];
+	return (struct wc_error){ EIO, "unknown completion status" };
+}
+
+static int failed(const struct rig__qp *qp)
+{
+	return qp->cause != RIG__CAUSE_NONE;
+}
+
+void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
+		    const char *why, int wc_status)
+{
+	if (failed(qp))
+		return;
+	qp->cause = cause;
+	qp->error = -error;
+	qp->why = why;
+	qp->wc_status = wc_status;
+	__atomic_or_fetch(&qp->pub.broken, RIG__FAILED, __ATOMIC_RELAXED);
+}
+
+/* Files one CQE of @side into the slot of the entry it completes. */
+static void reap_one(struct rig__qp *qp, enum rig_side side,
+		     const struct ibv_wc *wc)
+{
+	struct rig__ring *ring = &qp->pub.ring[side];
+	uint32_t seq = ring->tail + ring->ahead;
+	struct rig__slot *slot;
+	struct wc_error e;
+
+	/* A CQE for an entry the library has completed itself is late. */
+	if ((qp->distrust & (1 << side)) || seq == ring->head ||
+	    (uint32_t)wc->wr_id != seq)
+		return;
+	slot = &ring->slot[seq & RIG__MASK];
+	ring->ahead++;
+	if (wc->status == IBV_WC_SUCCESS && rig__wc_kind_ok(side, wc)) {
+		slot->failed = 0;
+		if (side == RIG_RECEIVE)
+			slot->len = wc->byte_len;
+		return;
+	}
+	slot->failed = 1;
+	if (wc->status == IBV_WC_SUCCESS) {
+		rig__qp_failed(qp, RIG__CAUSE_KIND, EPROTO, unknown_kind, -1);
+		qp->distrust |= 1 << side;
+	} else if (wc->status == IBV_WC_WR_FLUSH_ERR) {
+		qp->flushed = true;
+	} else {
+		e = wc_error(wc->status);
+		rig__qp_failed(qp, RIG__CAUSE_ENTRY, e.error, e.why, wc->status);
+	}
+}
+
+/* Takes every CQE of @side's CQ, without blocking. */
+static void reap(struct rig__qp *qp, enum rig_side side)
+{
+	struct ibv_wc wc[16];
+	int i, n;
+
+	do {
+		n = ibv_poll_cq(qp->pub.ring[side].cq, 16, wc);
+		for (i = 0; i < n; i++)
+			reap_one(qp, side, &wc[i]);
+	} while (n == 16);
+	if (n < 0)
+		rig__qp_failed(qp, RIG__CAUSE_DEVICE, EIO,
+			       "the NIC's completion queue could not be read", -1);
+}
+
+/* Applies what rig_nic_events recorded for @qp in another thread. */
+static void take_event(struct rig__qp *qp)
+{
+	uint32_t broken = __atomic_load_n(&qp->pub.broken, __ATOMIC_ACQUIRE);
+
+	if (!(broken & RIG__EVENT) || failed(qp))
+		return;
+	rig__qp_failed(qp, qp->event_error == ENODEV ? RIG__CAUSE_DEVICE
+						      : RIG__CAUSE_EVENT,
+		       qp->event_error, qp->event_why, -1);
+}
+
+RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
+					const struct ibv_wc *wc, int n,
+					struct rig_completion *c)
+{
+	struct rig__ring *ring;
+	struct rig__slot *slot;
+	struct rig__qp *qp;
+	uint32_t seq;
+
+	if (!pub || (unsigned)side > RIG_RECEIVE || !c)
+		return rig__fail(EINVAL, "rig_qp_poll: %s",
+				 (unsigned)side > RIG_RECEIVE ? "no such side"
+							      : "NULL argument");
+	qp = rig__qp(pub);
+	ring = &pub->ring[side];
+	if (n == 1)
+		reap_one(qp, side, wc);
+	else if (n < 0)
+		rig__qp_failed(qp, RIG__CAUSE_DEVICE, EIO,
+			       "the NIC's completion queue could not be read", -1);
+	take_event(qp);
+	if (ring->tail == ring->head)
+		return 0;
+
+	if (!ring->ahead) {
+		reap(qp, side);
+		/* An empty ring may be one the NIC will never complete, and a
+		 * flush has its reason on the other ring, if anywhere. */
+		if (!failed(qp) && (!ring->ahead || qp->flushed))
+			reap(qp, !side);
+		if (!failed(qp) && qp->flushed)
+			rig__qp_failed(qp, RIG__CAUSE_FLUSH, ECANCELED,
+				       wc_error(IBV_WC_WR_FLUSH_ERR).why,
+				       IBV_WC_WR_FLUSH_ERR);
+	}
+	if (qp->cause >= RIG__CAUSE_KIND && qp->distrust != 3) {
+		/* What the NIC completed before it was distrusted still counts. */
+		reap(qp, RIG_SEND);
+		reap(qp, RIG_RECEIVE);
+		qp->distrust = 3;
+	}
+	if (!ring->ahead) {
+		if (!failed(qp))
+			return 0;
+		/* The NIC may never complete these (F6): do it here. */
+		for (seq = ring->tail; seq != ring->head; seq++)
+			ring->slot[seq & RIG__MASK].failed = 1;
+		ring->ahead = ring->head - ring->tail;
+	}
+
+	slot = &ring->slot[ring->tail & RIG__MASK];
+	ring->tail++;
+	ring->ahead--;
+	if (slot->failed) {
+		c->bytes = 0;
+		c->error = qp->error;
+		c->why = qp->why;
+	} else {
+		c->bytes = slot->len;
+		c->error = 0;
+		c->why = NULL;
+	}
+	return 1;
+}
+
+static int check_span(const struct rig__qp *qp, const struct rig_region *r,
+		      size_t at, size_t n, const char *what)
+{
+	if (!r)
+		return rig__fail(EINVAL, "%s region is NULL", what);
+	if (!r->nic)
+		return rig__fail(EINVAL, "%s region is deregistered", what);
+	if (r->nic != qp->pub.nic)
+		return rig__fail(EINVAL, "%s region belongs to another NIC", what);
+	if (at > r->len || n > r->len - at)
+		return rig__fail(EINVAL, "%s range [%zu, +%zu) is not inside the region's %zu bytes",
+				 what, at, n, r->len);
+	if (n > qp->pub.msg_max)
+		return rig__fail(EINVAL, "a message of %zu bytes is over %s's limit of %u",
+				 n, qp->nic->name, qp->pub.msg_max);
+	return 0;
+}
+
+RIG_EXPORT __cold int rig__qp_post_slow(struct rig_qp *pub, enum rig__op op,
+					const struct rig_region *src, size_t src_at,
+					const struct rig_region *dst, size_t dst_at,
+					size_t n)
+{
+	enum rig_side side = op == RIG__OP_RECEIVE ? RIG_RECEIVE : RIG_SEND;
+	struct rig__ring *ring;
+	struct rig__qp *qp;
+	int ret;
+
+	if (!pub)
+		return rig__fail(EINVAL, "NULL queue pair");
+	qp = rig__qp(pub);
+	ring = &pub->ring[side];
+	if (qp->state != RIG__CONNECTED)
+		return rig__fail(EINVAL, "the queue pair is not connected");
+	if (op == RIG__OP_READ) {
+		if (!pub->local)
+			return rig__fail(EINVAL, "reads are only for a peer on the same NIC");
+		ret = check_span(qp, src, src_at, n, "the source");
+		if (ret)
+			return ret;
+	}
+	ret = check_span(qp, dst, dst_at, n,
+			 op == RIG__OP_READ ? "the destination" : "the");
+	if (ret)
+		return ret;
+	if (rig__ring_used(ring) >= RIG_RING_ENTRIES)
+		return rig__fail(ENOSPC, "the %s ring is full",
+				 side == RIG_SEND ? "send" : "receive");
+	if (__atomic_load_n(&pub->broken, __ATOMIC_ACQUIRE) & (RIG__FAILED | RIG__EVENT)) {
+		/* F5: accepted, completed by poll with the failure's error;
+		 * nothing reaches the NIC. */
+		ring->slot[ring->head & RIG__MASK].len = (uint32_t)n;
+		ring->head++;
+		return 0;
+	}
+	/* Nothing was wrong after all (another thread's event came and went
+	 * between the checks): post for real. */
+	switch (op) {
+	case RIG__OP_SEND:
+		return rig_qp_send(pub, dst, dst_at, n);
+	case RIG__OP_READ:
+		return rig_qp_read(pub, src, src_at, dst, dst_at, n);
+	default:
+		return rig_qp_receive(pub, dst, dst_at, n);
+	}
+}
+
+RIG_EXPORT __cold int rig__qp_post_refused(struct rig_qp *pub, enum rig__op op,
+					   int ret)
+{
+	return rig__fail_verbs(ret, rig__qp(pub)->nic,
+			       op == RIG__OP_RECEIVE ? "ibv_post_recv" : "ibv_post_send");
+}

@@ -1,0 +1,23 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Each public header compiles on its own, as C99 and as C++.
+set -e
+src=${top_srcdir:-.}/include
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+status=0
+for h in "$src"/rig/*.h; do
+	name=rig/$(basename "$h")
+	printf '#include <%s>\nint rig_header_check;\n' "$name" >"$tmp/t.c"
+	cp "$tmp/t.c" "$tmp/t.cc"
+	if ! ${CC:-cc} -std=c99 -Wall -Wextra -Werror -I"$src" $VERBS_CFLAGS $URING_CFLAGS \
+		-c "$tmp/t.c" -o "$tmp/t.o"; then
+		echo "FAIL: $name as C99"; status=1
+	fi
+	if ! ${CXX:-c++} -std=c++11 -Wall -Wextra -Werror -I"$src" $VERBS_CFLAGS $URING_CFLAGS \
+		-c "$tmp/t.cc" -o "$tmp/t.o"; then
+		echo "FAIL: $name as C++"; status=1
+	fi
+	[ $status -ne 0 ] || echo "ok: $name (C99, C++)"
+done
+exit $status

@@ -1,0 +1,3 @@
+/* SPDX-License-Identifier: MIT */
+#include <criterion/criterion.h>
+#include "t_device.h"
