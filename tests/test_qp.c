@@ -1,3 +1,488 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * The queue pair on one device: rings, messages, loopback, polling and the
+ * caller's mistakes (SPEC Q, M1-M5, P, T1, T3, D1). Failures are in
+ * test_fail.c, the two-host rules in test_remote.c.
+ */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "t_device.h"
+
+#define MiB (1u << 20)
+
+static struct rig_nic *nic;
+static struct rig_qp *a, *b;
+
+static void pair_setup(void)
+{
+	nic = t_nic_open(t_dev());
+	a = t_qp(nic);
+	b = t_qp(nic);
+	t_connect(a, b);
+}
+
+static void pair_teardown(void)
+{
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
+}
+
+static uint64_t fnv1a(const uint8_t *p, size_t n)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	while (n--)
+		h = (h ^ *p++) * 1099511628211ull;
+	return h;
+}
+
+/* Q1, Q2: 4095 entries fill each ring; the next is -ENOSPC; completions
+ * come back in the order of the entries; a slot frees only when its
+ * completion is taken, not when the NIC completes it. */
+Test(ring, Q1_Q2_fill_both_rings_in_order, .init = pair_setup,
+     .fini = pair_teardown, .timeout = 120)
+{
+	enum { N = RIG_RING_ENTRIES, STRIDE = 128 };
+	struct t_buf src, dst;
+	struct rig_completion c;
+	int i;
+
+	t_buf(&src, nic, (size_t)N * STRIDE, 1);
+	t_buf(&dst, nic, (size_t)N * STRIDE, 0);
+	memset(dst.mem, 0, dst.len);
+	cr_assert_eq(rig_qp_room(b, RIG_RECEIVE), N);
+	for (i = 0; i < N; i++) {
+		cr_assert_eq(rig_qp_receive(b, dst.r, (size_t)i * STRIDE, STRIDE), 0);
+		cr_assert_eq(rig_qp_room(b, RIG_RECEIVE), N - 1 - i);
+	}
+	cr_assert_eq(rig_qp_receive(b, dst.r, 0, STRIDE), -ENOSPC);
+	/* Message i has length i % 100 + 1: its completion tells its place. */
+	for (i = 0; i < N; i++)
+		cr_assert_eq(rig_qp_send(a, src.r, (size_t)i * STRIDE, i % 100 + 1), 0,
+			     "send %d: %s", i, rig_errmsg());
+	cr_assert_eq(rig_qp_room(a, RIG_SEND), 0);
+	cr_assert_eq(rig_qp_send(a, src.r, 0, 1), -ENOSPC);
+	cr_assert_eq(rig_qp_room(a, RIG_SEND), 0, "a refused post took room");
+
+	/* Wait until the last message has landed: the NIC has completed
+	 * every receive, yet no slot is free until poll takes it. */
+	for (double end = t_now_ms() + 30000;
+	     dst.mem[(size_t)(N - 1) * STRIDE] != src.mem[(size_t)(N - 1) * STRIDE];)
+		cr_assert_lt(t_now_ms(), end, "the last message never landed");
+	cr_assert_eq(rig_qp_room(b, RIG_RECEIVE), 0);
+
+	for (i = 0; i < N; i++) {
+		c = t_take(b, RIG_RECEIVE, 5000);
+		cr_assert_eq(c.error, 0, "receive %d: %s", i, c.why);
+		cr_assert_eq(c.bytes, (uint32_t)(i % 100 + 1), "receive %d out of order", i);
+		cr_assert_arr_eq(dst.mem + (size_t)i * STRIDE, src.mem + (size_t)i * STRIDE,
+				 i % 100 + 1);
+		cr_assert_eq(rig_qp_room(b, RIG_RECEIVE), i + 1);
+	}
+	for (i = 0; i < N; i++) {
+		c = t_take(a, RIG_SEND, 5000);
+		cr_assert_eq(c.error, 0, "send %d: %s", i, c.why);
+		cr_assert_null(c.why);
+		cr_assert_eq(c.bytes, (uint32_t)(i % 100 + 1), "send %d out of order", i);
+		cr_assert_eq(rig_qp_room(a, RIG_SEND), i + 1);
+	}
+	cr_assert_eq(rig_qp_poll(a, RIG_SEND, &c), 0);
+	cr_assert_eq(rig_qp_poll(b, RIG_RECEIVE, &c), 0);
+}
+
+/* Sends one message of n bytes a -> b and checks it arrives intact. */
+static void send_checked(size_t n)
+{
+	struct t_buf src, dst;
+	struct rig_completion c;
+
+	t_buf(&src, nic, n, 7);
+	t_buf(&dst, nic, n, 99);
+	if (n)
+		dst.mem[n - 1] = (uint8_t)~src.mem[n - 1];
+	cr_assert_eq(rig_qp_receive(b, dst.r, 0, n), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_send(a, src.r, 0, n), 0, "%s", rig_errmsg());
+	c = t_take(a, RIG_SEND, 20000);
+	cr_assert_eq(c.error, 0, "%s", c.why);
+	cr_assert_eq(c.bytes, n);
+	c = t_take(b, RIG_RECEIVE, 20000);
+	cr_assert_eq(c.error, 0, "%s", c.why);
+	cr_assert_eq(c.bytes, n);
+	cr_assert_eq(fnv1a(dst.mem, n), fnv1a(src.mem, n), "%zu bytes differ", n);
+}
+
+/* Q3: 0 bytes, 1 byte, 1 MiB and the device's largest message arrive intact. */
+Test(message, Q3_zero_bytes, .init = pair_setup, .fini = pair_teardown)
+{
+	send_checked(0);
+}
+
+Test(message, Q3_one_byte, .init = pair_setup, .fini = pair_teardown)
+{
+	send_checked(1);
+}
+
+Test(message, Q3_one_mib, .init = pair_setup, .fini = pair_teardown)
+{
+	send_checked(MiB);
+}
+
+Test(message, Q3_device_largest, .init = pair_setup, .fini = pair_teardown,
+     .timeout = 60)
+{
+	/* Soft-RoCE says 8 MiB and does not enforce it; rig does. */
+	if (!strncmp(t_dev() ? t_dev() : "rxe", "rxe", 3))
+		cr_assert_eq(a->msg_max, 8 * MiB);
+	send_checked(a->msg_max);
+}
+
+/* Q3: one byte over the limit is -EINVAL, for send, receive and read. */
+Test(message, Q3_one_byte_more_is_einval, .init = pair_setup,
+     .fini = pair_teardown)
+{
+	struct t_buf big;
+	size_t n = (size_t)a->msg_max + 1;
+
+	t_buf(&big, nic, n, 3);
+	cr_assert_eq(rig_qp_send(a, big.r, 0, n), -EINVAL);
+	cr_assert_eq(rig_qp_receive(b, big.r, 0, n), -EINVAL);
+	cr_assert_eq(rig_qp_read(a, big.r, 0, big.r, 0, n), -EINVAL);
+	cr_assert_eq(rig_qp_room(a, RIG_SEND), RIG_RING_ENTRIES);
+	cr_assert_eq(rig_qp_room(b, RIG_RECEIVE), RIG_RING_ENTRIES);
+	send_checked(0);	/* nothing was posted: the first message is this one */
+}
+
+/* M4: a queue pair connected to itself sends to itself and reads from
+ * this process's memory. */
+Test(loopback, M4_to_itself)
+{
+	struct t_buf src, dst, rd;
+	struct rig_completion c;
+	struct rig_qp *q;
+
+	nic = t_nic_open(t_dev());
+	q = t_qp(nic);
+	t_connect(q, q);
+	t_buf(&src, nic, 4096, 5);
+	t_buf(&dst, nic, 4096, 0);
+	t_buf(&rd, nic, 4096, 0);
+	cr_assert_eq(rig_qp_receive(q, dst.r, 0, 4096), 0);
+	cr_assert_eq(rig_qp_send(q, src.r, 100, 3000), 0);
+	cr_assert_eq(rig_qp_read(q, src.r, 10, rd.r, 20, 4000), 0, "%s", rig_errmsg());
+	c = t_take(q, RIG_SEND, 5000);
+	cr_assert_eq(c.error, 0, "%s", c.why);
+	cr_assert_eq(c.bytes, 3000);
+	c = t_take(q, RIG_SEND, 5000);
+	cr_assert_eq(c.error, 0, "%s", c.why);
+	cr_assert_eq(c.bytes, 4000);
+	c = t_take(q, RIG_RECEIVE, 5000);
+	cr_assert_eq(c.error, 0, "%s", c.why);
+	cr_assert_eq(c.bytes, 3000);
+	cr_assert_arr_eq(dst.mem, src.mem + 100, 3000);
+	cr_assert_arr_eq(rd.mem + 20, src.mem + 10, 4000);
+	cr_assert_eq(rig_nic_close(nic), 0);
+}
+
+/* M4: another queue pair of the same NIC serves reads too, both ways. */
+Test(loopback, M4_read_from_same_nic_peer, .init = pair_setup,
+     .fini = pair_teardown)
+{
+	struct t_buf src, dst;
+	struct rig_completion c;
+
+	t_buf(&src, nic, MiB, 11);
+	t_buf(&dst, nic, MiB, 0);
+	cr_assert_eq(rig_qp_read(a, src.r, 0, dst.r, 0, MiB), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_read(b, src.r, 1, dst.r, 0, 17), 0, "%s", rig_errmsg());
+	c = t_take(a, RIG_SEND, 10000);
+	cr_assert_eq(c.error, 0, "%s", c.why);
+	cr_assert_eq(c.bytes, MiB);
+	c = t_take(b, RIG_SEND, 10000);
+	cr_assert_eq(c.error, 0, "%s", c.why);
+	cr_assert_eq(c.bytes, 17);
+	cr_assert_arr_eq(dst.mem, src.mem + 1, 17);
+	cr_assert_arr_eq(dst.mem + 17, src.mem + 17, MiB - 17);
+}
+
+/* T1: poll returns 0 on an empty ring, and while the due entry has not
+ * completed. */
+Test(poll, T1_empty_ring, .init = pair_setup, .fini = pair_teardown)
+{
+	struct rig_completion c = { 77, 77, "untouched" };
+	struct t_buf buf;
+	int i;
+
+	cr_assert_eq(rig_qp_poll(a, RIG_SEND, &c), 0);
+	cr_assert_eq(rig_qp_poll(a, RIG_RECEIVE, &c), 0);
+	t_buf(&buf, nic, 64, 0);
+	cr_assert_eq(rig_qp_receive(a, buf.r, 0, 64), 0);
+	for (i = 0; i < 1000; i++)
+		cr_assert_eq(rig_qp_poll(a, RIG_RECEIVE, &c), 0);
+	cr_assert_eq(c.bytes, 77, "an empty poll wrote the completion");
+	cr_assert_eq(rig_qp_room(a, RIG_RECEIVE), RIG_RING_ENTRIES - 1);
+}
+
+/*
+ * T3: polling makes no system call, on success and on failure. A child
+ * process installs a seccomp filter that kills it on any system call but
+ * exit_group, then polls; it reports through shared memory.
+ */
+struct t3_report {
+	int got[4];
+	int error[4];
+};
+
+static void seccomp_kill_all_but_exit(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_exit_group, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+	};
+	struct sock_fprog prog = { sizeof(f) / sizeof(f[0]), f };
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+	    syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog))
+		_exit(3);
+}
+
+/* Polls @side of @qp until a completion or @spins; no system call. */
+static int spin_poll(struct rig_qp *qp, enum rig_side side, long spins,
+		     struct rig_completion *c)
+{
+	int ret = 0;
+
+	while (spins-- && !(ret = rig_qp_poll(qp, side, c)))
+		;
+	return ret;
+}
+
+Test(poll, T3_no_system_call, .init = pair_setup, .fini = pair_teardown)
+{
+	struct t3_report *rep;
+	struct t_buf src, dst;
+	struct rig_completion c;
+	int status;
+	pid_t pid;
+
+	rep = mmap(NULL, sizeof(*rep), PROT_READ | PROT_WRITE,
+		   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(rep, MAP_FAILED);
+	t_buf(&src, nic, 4096, 1);
+	t_buf(&dst, nic, 4096, 0);
+	/* One message that fits, then one that does not: the child takes a
+	 * success and then the failure of both queue pairs. */
+	cr_assert_eq(rig_qp_receive(b, dst.r, 0, 100), 0);
+	cr_assert_eq(rig_qp_receive(b, dst.r, 100, 100), 0);
+	cr_assert_eq(rig_qp_send(a, src.r, 0, 100), 0);
+	cr_assert_eq(rig_qp_send(a, src.r, 0, 200), 0);
+
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		seccomp_kill_all_but_exit();
+		/* An empty ring first: many polls, none of them a syscall. */
+		spin_poll(a, RIG_RECEIVE, 100000, &c);
+		rep->got[0] = spin_poll(b, RIG_RECEIVE, 1L << 30, &c);
+		rep->error[0] = c.error;
+		rep->got[1] = spin_poll(b, RIG_RECEIVE, 1L << 30, &c);
+		rep->error[1] = c.error;
+		rep->got[2] = spin_poll(a, RIG_SEND, 1L << 30, &c);
+		rep->error[2] = c.error;
+		rep->got[3] = spin_poll(a, RIG_SEND, 1L << 30, &c);
+		rep->error[3] = c.error;
+		syscall(__NR_exit_group, 0);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status), "the polling child was killed by signal %d (SIGSYS = %d): a system call",
+		  WIFSIGNALED(status) ? WTERMSIG(status) : 0, SIGSYS);
+	cr_assert_eq(WEXITSTATUS(status), 0);
+	cr_assert_eq(rep->got[0], 1);
+	cr_assert_eq(rep->error[0], 0);
+	cr_assert_eq(rep->got[1], 1);
+	cr_assert_eq(rep->error[1], -EIO, "the too-long message's receive: %d", rep->error[1]);
+	cr_assert_eq(rep->got[2], 1);
+	cr_assert_eq(rep->error[2], 0);
+	cr_assert_eq(rep->got[3], 1);
+	cr_assert_eq(rep->error[3], -EREMOTEIO);
+}
+
+/* M1, M2: the endpoint names the queue pair, a 24-bit PSN, this NIC's GID
+ * (the IPv4-mapped address of its netdev) and its MAC. */
+Test(make, M1_M2_endpoint)
+{
+	struct rig_endpoint e[8];
+	uint8_t gid[16] = { [10] = 0xff, [11] = 0xff };
+	const char *ip = getenv("RIG_TEST_IP");
+	int i, same_psn = 0;
+
+	nic = t_nic_open(t_dev());
+	for (i = 0; i < 8; i++) {
+		struct rig_qp *q = t_qp(nic);
+
+		rig_qp_endpoint(q, &e[i]);
+		cr_assert_eq(e[i].qp, q->ibqp->qp_num);
+		cr_assert_leq(e[i].psn, 0xffffff);
+		same_psn += i && e[i].psn == e[0].psn;
+	}
+	cr_assert_lt(same_psn, 7, "eight queue pairs, one PSN: not random");
+	if (ip) {
+		cr_assert_eq(inet_pton(AF_INET, ip, gid + 12), 1);
+		cr_assert_arr_eq(e[0].gid, gid, 16);
+	}
+	cr_assert(memcmp(e[0].mac, (uint8_t[6]){ 0 }, 6), "no MAC address");
+	cr_assert_eq(rig_nic_close(nic), 0, "close with queue pairs alive");
+}
+
+/* Checks that no post changed anything: rooms full, and the next real
+ * message is the first to arrive. */
+static void assert_untouched(void)
+{
+	cr_assert_eq(rig_qp_room(a, RIG_SEND), RIG_RING_ENTRIES);
+	cr_assert_eq(rig_qp_room(a, RIG_RECEIVE), RIG_RING_ENTRIES);
+	cr_assert_eq(rig_qp_room(b, RIG_SEND), RIG_RING_ENTRIES);
+	cr_assert_eq(rig_qp_room(b, RIG_RECEIVE), RIG_RING_ENTRIES);
+	send_checked(5);
+}
+
+/* P2, P4, C2: every way a post can name bad bytes is -EINVAL and posts
+ * nothing; rig_errmsg() says which. */
+Test(args, P2_P4_bad_ranges, .init = pair_setup, .fini = pair_teardown)
+{
+	struct t_buf buf;
+	size_t huge = SIZE_MAX;
+
+	t_buf(&buf, nic, 1000, 0);
+	cr_assert_eq(rig_qp_send(a, NULL, 0, 1), -EINVAL);
+	cr_assert_eq(rig_qp_receive(b, NULL, 0, 1), -EINVAL);
+	cr_assert_eq(rig_qp_send(a, buf.r, 1001, 0), -EINVAL);
+	cr_assert_eq(rig_qp_send(a, buf.r, 0, 1001), -EINVAL);
+	cr_assert_eq(rig_qp_send(a, buf.r, 999, 2), -EINVAL);
+	cr_assert_not_null(strstr(rig_errmsg(), "not inside"), "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_send(a, buf.r, huge, 2), -EINVAL, "at + n overflows");
+	cr_assert_eq(rig_qp_send(a, buf.r, 2, huge), -EINVAL, "at + n overflows");
+	cr_assert_eq(rig_qp_receive(b, buf.r, 1000, 1), -EINVAL);
+	cr_assert_eq(rig_qp_receive(b, buf.r, huge, huge), -EINVAL);
+	cr_assert_eq(rig_qp_send(a, buf.r, 1000, 0), 0 - 0, "an empty range at the end is fine");
+	/* That one was valid: take it out again, then check nothing else
+	 * was posted. It lands in a receive posted now. */
+	cr_assert_eq(rig_qp_receive(b, buf.r, 0, 0), 0);
+	cr_assert_eq(t_take(a, RIG_SEND, 5000).error, 0);
+	cr_assert_eq(t_take(b, RIG_RECEIVE, 5000).bytes, 0);
+	assert_untouched();
+}
+
+/* P3: a read checks both regions. */
+Test(args, P3_bad_read, .init = pair_setup, .fini = pair_teardown)
+{
+	struct t_buf s, d;
+
+	t_buf(&s, nic, 100, 0);
+	t_buf(&d, nic, 100, 0);
+	cr_assert_eq(rig_qp_read(a, NULL, 0, d.r, 0, 1), -EINVAL);
+	cr_assert_eq(rig_qp_read(a, s.r, 0, NULL, 0, 1), -EINVAL);
+	cr_assert_eq(rig_qp_read(a, s.r, 50, d.r, 0, 51), -EINVAL);
+	cr_assert_not_null(strstr(rig_errmsg(), "source"), "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_read(a, s.r, 0, d.r, 50, 51), -EINVAL);
+	cr_assert_not_null(strstr(rig_errmsg(), "destination"), "%s", rig_errmsg());
+	assert_untouched();
+}
+
+/* P2, P5: a region of another NIC, and a deregistered one, are refused;
+ * the deregistered handle stays safe to pass until its NIC closes. */
+Test(args, P2_P5_foreign_and_deregistered_regions, .init = pair_setup,
+     .fini = pair_teardown)
+{
+	struct rig_nic *other = t_nic_open(t_dev());
+	struct t_buf mine, theirs;
+
+	t_buf(&mine, nic, 100, 0);
+	t_buf(&theirs, other, 100, 0);
+	cr_assert_eq(rig_qp_send(a, theirs.r, 0, 1), -EINVAL);
+	cr_assert_not_null(strstr(rig_errmsg(), "another NIC"), "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_receive(b, theirs.r, 0, 1), -EINVAL);
+	cr_assert_eq(rig_qp_read(a, theirs.r, 0, mine.r, 0, 1), -EINVAL);
+	cr_assert_eq(rig_qp_read(a, mine.r, 0, theirs.r, 0, 1), -EINVAL);
+
+	cr_assert_eq(rig_region_deregister(mine.r), 0);
+	cr_assert_eq(rig_region_deregister(mine.r), -EINVAL, "twice");
+	cr_assert_eq(rig_qp_send(a, mine.r, 0, 1), -EINVAL);
+	cr_assert_not_null(strstr(rig_errmsg(), "deregistered"), "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_receive(b, mine.r, 0, 1), -EINVAL);
+	cr_assert_eq(rig_qp_read(a, mine.r, 0, mine.r, 0, 1), -EINVAL);
+	cr_assert_eq(rig_nic_close(other), 0);
+	assert_untouched();
+}
+
+/* P2, C2: posts to a queue pair that is not connected; bad sides. */
+Test(args, P2_not_connected_and_bad_side)
+{
+	struct rig_completion c;
+	struct t_buf buf;
+	struct rig_qp *q;
+
+	nic = t_nic_open(t_dev());
+	q = t_qp(nic);
+	t_buf(&buf, nic, 100, 0);
+	cr_assert_eq(rig_qp_send(q, buf.r, 0, 1), -EINVAL);
+	cr_assert_not_null(strstr(rig_errmsg(), "not connected"), "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_receive(q, buf.r, 0, 1), -EINVAL);
+	cr_assert_eq(rig_qp_read(q, buf.r, 0, buf.r, 0, 1), -EINVAL);
+	cr_assert_eq(rig_qp_room(q, RIG_SEND), RIG_RING_ENTRIES);
+	cr_assert_eq(rig_qp_room(q, RIG_RECEIVE), RIG_RING_ENTRIES);
+	cr_assert_eq(rig_qp_poll(q, RIG_SEND, &c), 0);
+	cr_assert_eq(rig_qp_room(q, (enum rig_side)2), -EINVAL);
+	cr_assert_eq(rig_qp_poll(q, (enum rig_side)2, &c), -EINVAL);
+	cr_assert_eq(rig_qp_poll(q, RIG_SEND, NULL), -EINVAL);
+	cr_assert_eq(rig_qp_destroy(q), 0);
+	cr_assert_eq(rig_nic_close(nic), 0);
+}
+
+/* M5: connecting twice, or to an endpoint whose qp or psn is over 24
+ * bits, is -EINVAL and changes nothing. */
+Test(args, M5_connect_refusals, .init = pair_setup, .fini = pair_teardown)
+{
+	struct rig_endpoint e;
+	struct rig_qp *q = t_qp(nic);
+
+	rig_qp_endpoint(b, &e);
+	cr_assert_eq(rig_qp_connect(a, &e), -EINVAL);
+	cr_assert_not_null(strstr(rig_errmsg(), "already connected"), "%s", rig_errmsg());
+	e.qp = 0x1000000;
+	cr_assert_eq(rig_qp_connect(q, &e), -EINVAL);
+	rig_qp_endpoint(b, &e);
+	e.psn = 0x1000000;
+	cr_assert_eq(rig_qp_connect(q, &e), -EINVAL);
+	cr_assert_eq(rig_qp_connect(q, NULL), -EINVAL);
+	/* q is still unconnected and connects fine to itself. */
+	cr_assert_eq(rig_qp_room(q, RIG_SEND), RIG_RING_ENTRIES);
+	rig_qp_endpoint(q, &e);
+	cr_assert_eq(rig_qp_connect(q, &e), 0, "%s", rig_errmsg());
+	assert_untouched();
+}
+
+/* D1: destroy frees a connected queue pair; the NIC closes cleanly with
+ * regions still registered. */
+Test(destroy, D1_destroy_then_close, .init = pair_setup)
+{
+	struct t_buf buf;
+
+	t_buf(&buf, nic, 100, 0);
+	cr_assert_eq(rig_qp_receive(a, buf.r, 0, 100), 0);
+	cr_assert_eq(rig_qp_destroy(a), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_destroy(b), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
+}
