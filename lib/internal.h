@@ -54,7 +54,8 @@ struct rig_nic {
 	uint32_t msg_max;		/* min(2^31, max_msg_sz) */
 	uint8_t retry_cnt;		/* see rig__nic_retry_cnt() */
 	uint8_t max_rd_atomic;		/* reads in flight, for local peers */
-	pthread_mutex_t lock;		/* the two lists */
+	struct ibv_comp_channel *channel;	/* of every CQ, O_NONBLOCK */
+	pthread_mutex_t lock;		/* the lists, sleepers, unacked events */
 	struct rig__list qps;
 	struct rig__list regions;
 };
@@ -96,6 +97,11 @@ struct rig__qp {
 	int wc_status;			/* the verbs status behind it, or -1 */
 	bool flushed;			/* a flush was reaped before any reason */
 	uint8_t distrust;		/* 1 << side: drop that ring's CQEs */
+	/* Per ring, under the NIC's lock: completion events read but not
+	 * yet acked (ibv_ack_cq_events takes a mutex: ack in batches), and
+	 * the eventfd of the thread sleeping in rig_qp_wait, or -1. */
+	unsigned unacked[2];
+	int sleeper[2];
 	/* Set by rig_nic_events, from any thread, for the owner to apply. */
 	int event_error;
 	const char *event_why;
@@ -112,6 +118,12 @@ int rig__qp_free(struct rig__qp *qp);
 /* ring.c: records @qp's first failure (SPEC F3); later ones change nothing. */
 void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 		    const char *why, int wc_status);
+
+/* wait.c: reads the NIC's pending completion events and wakes whoever
+ * sleeps on their rings; the NIC's lock must be held. */
+void rig__nic_take_completion_events(struct rig_nic *nic);
+/* wait.c: acks what @qp's rings still owe, before their CQs go. */
+void rig__qp_ack_events(struct rig__qp *qp);
 
 /* errmsg.c: set this thread's rig_errmsg() and return -err. */
 int rig__fail(int err, const char *fmt, ...)

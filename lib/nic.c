@@ -68,6 +68,16 @@ static void read_mac(uint32_t ifindex, uint8_t mac[6])
 	close(fd);
 }
 
+static int set_nonblock(int fd, const char *what)
+{
+	int flags = fcntl(fd, F_GETFL);
+
+	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK))
+		return rig__fail(errno, "fcntl(%s, O_NONBLOCK): %s", what,
+				 strerror(errno));
+	return 0;
+}
+
 /* Takes the device if it has an active RoCE v2 port; 0 or -errno. */
 static int nic_init(struct rig_nic *nic, struct ibv_device *dev)
 {
@@ -75,7 +85,7 @@ static int nic_init(struct rig_nic *nic, struct ibv_device *dev)
 	struct ibv_port_attr pattr;
 	struct ibv_gid_entry gid;
 	uint64_t msg_max;
-	int ret, flags;
+	int ret;
 	uint8_t port;
 
 	nic->ctx = ibv_open_device(dev);
@@ -117,18 +127,30 @@ static int nic_init(struct rig_nic *nic, struct ibv_device *dev)
 	nic->max_rd_atomic = attr.max_qp_init_rd_atom < 16 ? attr.max_qp_init_rd_atom : 16;
 
 	/* rig_nic_events must never block. */
-	flags = fcntl(nic->ctx->async_fd, F_GETFL);
-	if (flags < 0 || fcntl(nic->ctx->async_fd, F_SETFL, flags | O_NONBLOCK)) {
-		ret = rig__fail(errno, "fcntl(async_fd, O_NONBLOCK): %s", strerror(errno));
+	ret = set_nonblock(nic->ctx->async_fd, "async_fd");
+	if (ret)
 		goto out_close;
-	}
 	nic->pd = ibv_alloc_pd(nic->ctx);
 	if (!nic->pd) {
 		ret = rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_alloc_pd");
 		goto out_close;
 	}
+	/* One channel serves every CQ of the NIC: one fd to watch, however
+	 * many queue pairs; each CQ's context names its queue pair. */
+	nic->channel = ibv_create_comp_channel(nic->ctx);
+	if (!nic->channel) {
+		ret = rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_create_comp_channel");
+		goto out_dealloc_pd;
+	}
+	ret = set_nonblock(nic->channel->fd, "the completion channel");
+	if (ret)
+		goto out_destroy_channel;
 	return 0;
 
+out_destroy_channel:
+	ibv_destroy_comp_channel(nic->channel);
+out_dealloc_pd:
+	ibv_dealloc_pd(nic->pd);
 out_close:
 	ibv_close_device(nic->ctx);
 	return ret;
@@ -197,6 +219,9 @@ RIG_EXPORT __cold int rig_nic_close(struct rig_nic *nic)
 		rig__list_del(&reg->link);
 		free(reg);
 	}
+	r = ibv_destroy_comp_channel(nic->channel);
+	if (r && !ret)
+		ret = rig__fail_verbs(r, nic, "ibv_destroy_comp_channel");
 	r = ibv_dealloc_pd(nic->pd);
 	if (r && !ret)
 		ret = rig__fail_verbs(r, nic, "ibv_dealloc_pd");

@@ -26,7 +26,7 @@ static int ring_init(struct rig__qp *qp, struct rig__ring *ring)
 	ring->slot = calloc(RIG__SLOTS, sizeof(*ring->slot));
 	if (!ring->slot)
 		return rig__fail(ENOMEM, "rig_qp_make: no memory for a ring");
-	ring->cq = ibv_create_cq(nic->ctx, RIG_RING_ENTRIES, ring, NULL, 0);
+	ring->cq = ibv_create_cq(nic->ctx, RIG_RING_ENTRIES, qp, nic->channel, 0);
 	if (!ring->cq) {
 		free(ring->slot);
 		return rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_create_cq");
@@ -87,6 +87,7 @@ RIG_EXPORT __cold int rig_qp_make(struct rig_nic *nic, struct rig_qp **out)
 	qp->pub.msg_max = nic->msg_max;
 	qp->state = RIG__RESET;
 	qp->wc_status = -1;
+	qp->sleeper[RIG_SEND] = qp->sleeper[RIG_RECEIVE] = -1;
 	qp->self.qp = qp->pub.ibqp->qp_num;
 	qp->self.psn = random_psn();
 	memcpy(qp->self.gid, nic->gid.raw, 16);
@@ -232,11 +233,15 @@ int rig__qp_free(struct rig__qp *qp)
 		qp->state = RIG__DESTROYED;
 		return rig__fail_verbs(ret, nic, "ibv_destroy_qp");
 	}
-	ring_fini(&qp->pub.ring[RIG_SEND]);
-	ring_fini(&qp->pub.ring[RIG_RECEIVE]);
+	/* No CQE, so no completion event, comes for the rings now. Events
+	 * read but not acked would make ibv_destroy_cq wait forever. */
 	pthread_mutex_lock(&nic->lock);
+	rig__nic_take_completion_events(nic);
+	rig__qp_ack_events(qp);
 	rig__list_del(&qp->link);
 	pthread_mutex_unlock(&nic->lock);
+	ring_fini(&qp->pub.ring[RIG_SEND]);
+	ring_fini(&qp->pub.ring[RIG_RECEIVE]);
 	free(qp);
 	return 0;
 }

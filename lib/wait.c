@@ -1,13 +1,198 @@
 /* SPDX-License-Identifier: MIT */
-/* Waiting for completions (SPEC T2). */
+/*
+ * Waiting for completions (SPEC T2) on the NIC's one completion channel.
+ *
+ * The sequence that loses no wakeup: poll, arm the CQ, poll again, then
+ * sleep on the channel fd. The channel is shared by every queue pair of
+ * the NIC, and queue pairs may wait in different threads (C3), so a thread
+ * may read the event that another thread's ring was armed for. Each
+ * sleeping thread therefore registers an eventfd on its ring, and whoever
+ * reads an event wakes the ring's sleeper through it.
+ *
+ * Each thread sleeps in an io_uring of its own, on the channel fd, its
+ * eventfd and the NIC's async fd (async events fail queue pairs, F1, F6).
+ */
+#include <liburing.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+
 #include "internal.h"
 
-RIG_EXPORT int rig_qp_wait(struct rig_qp *qp, enum rig_side side, int64_t us,
+/* How long a wait polls before it sleeps: long enough to catch a reply
+ * that is on its way, short enough not to burn a core. */
+#define RIG_WAIT_SPIN_NS 50000
+/* Completion events acked per ibv_ack_cq_events call. */
+#define RIG_ACK_BATCH 64
+
+struct waiter {
+	struct io_uring ring;
+	int efd;
+	bool ready;
+};
+
+static __thread struct waiter waiter;
+
+static int waiter_init(void)
+{
+	int ret;
+
+	if (waiter.ready)
+		return 0;
+	ret = io_uring_queue_init(8, &waiter.ring, 0);
+	if (ret)
+		return rig__fail(-ret, "rig_qp_wait: io_uring_queue_init: %s",
+				 strerror(-ret));
+	waiter.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (waiter.efd < 0) {
+		ret = errno;
+		io_uring_queue_exit(&waiter.ring);
+		return rig__fail(ret, "rig_qp_wait: eventfd: %s", strerror(ret));
+	}
+	waiter.ready = true;
+	return 0;
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+void rig__nic_take_completion_events(struct rig_nic *nic)
+{
+	struct ibv_cq *cq;
+	void *ctx;
+
+	while (!ibv_get_cq_event(nic->channel, &cq, &ctx)) {
+		struct rig__qp *qp = ctx;
+		int side = cq == qp->pub.ring[RIG_RECEIVE].cq;
+
+		if (++qp->unacked[side] >= RIG_ACK_BATCH) {
+			ibv_ack_cq_events(cq, qp->unacked[side]);
+			qp->unacked[side] = 0;
+		}
+		if (qp->sleeper[side] >= 0)
+			eventfd_write(qp->sleeper[side], 1);
+	}
+}
+
+void rig__qp_ack_events(struct rig__qp *qp)
+{
+	int side;
+
+	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
+		if (qp->unacked[side])
+			ibv_ack_cq_events(qp->pub.ring[side].cq, qp->unacked[side]);
+		qp->unacked[side] = 0;
+	}
+}
+
+static void set_sleeper(struct rig__qp *qp, enum rig_side side, int efd)
+{
+	pthread_mutex_lock(&qp->nic->lock);
+	qp->sleeper[side] = efd;
+	pthread_mutex_unlock(&qp->nic->lock);
+}
+
+/* Sleeps until the channel, this thread's eventfd or the async fd is
+ * readable, or @ns pass. The polls are one-shot; whatever did not fire is
+ * cancelled before return, so the ring is empty for the next sleep. */
+static int sleep_on(struct rig_nic *nic, int64_t ns)
+{
+	const int fds[3] = { nic->channel->fd, waiter.efd, nic->ctx->async_fd };
+	struct __kernel_timespec ts = { ns / 1000000000, ns % 1000000000 };
+	struct io_uring *ring = &waiter.ring;
+	struct io_uring_cqe *cqe;
+	int i, pending = 3, ret;
+
+	for (i = 0; i < 3; i++) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+
+		io_uring_prep_poll_add(sqe, fds[i], POLLIN);
+		io_uring_sqe_set_data64(sqe, i + 1);
+	}
+	ret = io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, NULL);
+	if (ret < 0 && ret != -ETIME && ret != -EINTR)
+		return rig__fail(-ret, "rig_qp_wait: io_uring wait: %s", strerror(-ret));
+	for (i = 0; i < 3; i++) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+
+		io_uring_prep_poll_remove(sqe, i + 1);
+		io_uring_sqe_set_data64(sqe, 0);
+	}
+	io_uring_submit(ring);
+	/* Reap the three polls (fired or cancelled) and the three removes. */
+	for (i = 0; pending || i < 3;) {
+		ret = io_uring_wait_cqe(ring, &cqe);
+		if (ret)
+			return rig__fail(-ret, "rig_qp_wait: io_uring reap: %s", strerror(-ret));
+		if (io_uring_cqe_get_data64(cqe))
+			pending--;
+		else
+			i++;
+		io_uring_cqe_seen(ring, cqe);
+	}
+	return 0;
+}
+
+RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 			   struct rig_completion *c)
 {
-	(void)qp;
-	(void)side;
-	(void)us;
-	(void)c;
-	return rig__fail(ENOSYS, "rig_qp_wait: not implemented yet");
+	struct rig__ring *ring;
+	struct rig__qp *qp;
+	int64_t deadline, spin_end, left;
+	eventfd_t drained;
+	int ret;
+
+	if (!pub || !c || (unsigned)side > RIG_RECEIVE || us < 0)
+		return rig__fail(EINVAL, "rig_qp_wait: %s",
+				 us < 0 ? "negative time" : "bad argument");
+	ring = &pub->ring[side];
+	if (ring->tail == ring->head)
+		return rig__fail(EINVAL, "rig_qp_wait: no entry of the %s ring is due",
+				 side == RIG_SEND ? "send" : "receive");
+	ret = rig_qp_poll(pub, side, c);
+	if (ret)
+		return ret;
+
+	qp = rig__qp(pub);
+	deadline = us > INT64_MAX / 2000 ? INT64_MAX / 2 : now_ns() + us * 1000;
+	spin_end = now_ns() + RIG_WAIT_SPIN_NS;
+	if (spin_end > deadline)
+		spin_end = deadline;
+	while (now_ns() < spin_end)
+		if ((ret = rig_qp_poll(pub, side, c)))
+			return ret;
+
+	ret = waiter_init();
+	if (ret)
+		return ret;
+	set_sleeper(qp, side, waiter.efd);
+	for (;;) {
+		ret = rig_nic_events(qp->nic);
+		if (ret < 0)
+			break;
+		ret = ibv_req_notify_cq(ring->cq, 0);
+		if (ret) {
+			ret = rig__fail_verbs(ret, qp->nic, "ibv_req_notify_cq");
+			break;
+		}
+		ret = rig_qp_poll(pub, side, c);
+		left = deadline - now_ns();
+		if (ret || left <= 0)
+			break;
+		ret = sleep_on(qp->nic, left);
+		if (ret)
+			break;
+		pthread_mutex_lock(&qp->nic->lock);
+		rig__nic_take_completion_events(qp->nic);
+		pthread_mutex_unlock(&qp->nic->lock);
+		eventfd_read(waiter.efd, &drained);
+	}
+	set_sleeper(qp, side, -1);
+	return ret;
 }
