@@ -6,6 +6,7 @@
  * sets RIG__EVENT; the owner's next poll applies it.
  */
 #include <string.h>
+#include <sys/eventfd.h>
 
 #include "internal.h"
 
@@ -19,6 +20,13 @@ static void post_event(struct rig__qp *qp, int error, const char *why)
 	qp->event_why = why;
 	/* Release: the owner reads event_* after it sees the bit. */
 	__atomic_or_fetch(&qp->pub.broken, RIG__EVENT, __ATOMIC_RELEASE);
+	/* Both rings now have a failure to report: wake their sleepers, and
+	 * tell the loop. */
+	for (int side = RIG_SEND; side <= RIG_RECEIVE; side++) {
+		if (qp->sleeper[side] >= 0)
+			eventfd_write(qp->sleeper[side], 1);
+		rig__loop_ready(qp, side);
+	}
 }
 
 static void qp_event(struct rig_nic *nic, struct ibv_qp *ibqp, int error,

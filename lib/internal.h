@@ -55,6 +55,12 @@ struct rig_nic {
 	uint8_t retry_cnt;		/* see rig__nic_retry_cnt() */
 	uint8_t max_rd_atomic;		/* reads in flight, for local peers */
 	struct ibv_comp_channel *channel;	/* of every CQ, O_NONBLOCK */
+	int epfd;			/* rig_nic_fd: the channel and async fds */
+	/* The loop integration (loop.c), under the lock: whether every ring
+	 * is armed and reported, and the rings ready but not yet handed out. */
+	bool watched;
+	struct rig_ready *pending;
+	unsigned npending, pending_cap;
 	pthread_mutex_t lock;		/* the lists, sleepers, unacked events */
 	struct rig__list qps;
 	struct rig__list regions;
@@ -102,6 +108,7 @@ struct rig__qp {
 	 * the eventfd of the thread sleeping in rig_qp_wait, or -1. */
 	unsigned unacked[2];
 	int sleeper[2];
+	uint8_t pending;		/* 1 << side: listed in nic->pending */
 	/* Set by rig_nic_events, from any thread, for the owner to apply. */
 	int event_error;
 	const char *event_why;
@@ -124,6 +131,12 @@ void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 void rig__nic_take_completion_events(struct rig_nic *nic);
 /* wait.c: acks what @qp's rings still owe, before their CQs go. */
 void rig__qp_ack_events(struct rig__qp *qp);
+
+/* loop.c, under the NIC's lock: arms both rings of @qp when its NIC is
+ * watched; lists a ring of @qp as ready; forgets @qp before it goes. */
+void rig__loop_arm(struct rig__qp *qp);
+void rig__loop_ready(struct rig__qp *qp, enum rig_side side);
+void rig__loop_forget(struct rig__qp *qp);
 
 /* errmsg.c: set this thread's rig_errmsg() and return -err. */
 int rig__fail(int err, const char *fmt, ...)

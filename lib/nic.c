@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -78,6 +79,24 @@ static int set_nonblock(int fd, const char *what)
 	return 0;
 }
 
+/* rig_nic_fd: one fd that is readable when either of the NIC's is. */
+static int make_epoll(struct rig_nic *nic)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	int ret;
+
+	nic->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (nic->epfd < 0)
+		return rig__fail(errno, "epoll_create1: %s", strerror(errno));
+	if (epoll_ctl(nic->epfd, EPOLL_CTL_ADD, nic->channel->fd, &ev) ||
+	    epoll_ctl(nic->epfd, EPOLL_CTL_ADD, nic->ctx->async_fd, &ev)) {
+		ret = errno;
+		close(nic->epfd);
+		return rig__fail(ret, "epoll_ctl: %s", strerror(ret));
+	}
+	return 0;
+}
+
 /* Takes the device if it has an active RoCE v2 port; 0 or -errno. */
 static int nic_init(struct rig_nic *nic, struct ibv_device *dev)
 {
@@ -143,6 +162,9 @@ static int nic_init(struct rig_nic *nic, struct ibv_device *dev)
 		goto out_dealloc_pd;
 	}
 	ret = set_nonblock(nic->channel->fd, "the completion channel");
+	if (ret)
+		goto out_destroy_channel;
+	ret = make_epoll(nic);
 	if (ret)
 		goto out_destroy_channel;
 	return 0;
@@ -219,6 +241,8 @@ RIG_EXPORT __cold int rig_nic_close(struct rig_nic *nic)
 		rig__list_del(&reg->link);
 		free(reg);
 	}
+	close(nic->epfd);
+	free(nic->pending);
 	r = ibv_destroy_comp_channel(nic->channel);
 	if (r && !ret)
 		ret = rig__fail_verbs(r, nic, "ibv_destroy_comp_channel");

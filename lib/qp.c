@@ -94,6 +94,7 @@ RIG_EXPORT __cold int rig_qp_make(struct rig_nic *nic, struct rig_qp **out)
 	memcpy(qp->self.mac, nic->mac, 6);
 	pthread_mutex_lock(&nic->lock);
 	rig__list_add(&nic->qps, &qp->link);
+	rig__loop_arm(qp);
 	pthread_mutex_unlock(&nic->lock);
 	*out = &qp->pub;
 	return 0;
@@ -238,6 +239,7 @@ int rig__qp_free(struct rig__qp *qp)
 	pthread_mutex_lock(&nic->lock);
 	rig__nic_take_completion_events(nic);
 	rig__qp_ack_events(qp);
+	rig__loop_forget(qp);
 	rig__list_del(&qp->link);
 	pthread_mutex_unlock(&nic->lock);
 	ring_fini(&qp->pub.ring[RIG_SEND]);

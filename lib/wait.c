@@ -77,6 +77,7 @@ void rig__nic_take_completion_events(struct rig_nic *nic)
 		}
 		if (qp->sleeper[side] >= 0)
 			eventfd_write(qp->sleeper[side], 1);
+		rig__loop_ready(qp, side);
 	}
 }
 

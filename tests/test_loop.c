@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Queue-pair completions in the application's own io_uring, beside a
+ * timer: rig_uring_watch / rig_uring_handle (include/rig/wait.h).
+ */
+#include <criterion/criterion.h>
+#include <liburing.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "t_device.h"
+
+#define TAG_RIG 0x5249470000000000ull
+#define TAG_TIMER 7
+
+static struct __kernel_timespec tick = { 0, 20 * 1000000 };
+
+/* A 20 ms timer in the same ring, queued again at each tick. */
+static void queue_tick(struct io_uring *ring)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+
+	cr_assert_not_null(sqe);
+	io_uring_prep_timeout(sqe, &tick, 0, 0);
+	io_uring_sqe_set_data64(sqe, TAG_TIMER);
+}
+
+struct counts {
+	int send, receive, errors;
+};
+
+/* Runs the loop until @want completions were taken or @ms pass. Returns
+ * the completions taken; counts them per queue pair in @per (by index). */
+static int run_loop(struct io_uring *ring, struct rig_nic *nic,
+		    struct rig_qp **qps, int nqps, struct counts *per, int want,
+		    int ms, int *ticks)
+{
+	struct rig_ready ready[64];
+	struct rig_completion c;
+	struct io_uring_cqe *cqe;
+	struct __kernel_timespec ts = { 0, 100 * 1000000 };
+	double end = t_now_ms() + ms;
+	int taken = 0, i, n, k;
+
+	while (taken < want && t_now_ms() < end) {
+		if (io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, NULL) < 0)
+			continue;
+		if (cqe->user_data == TAG_TIMER) {
+			(*ticks)++;
+			queue_tick(ring);
+		} else {
+			cr_assert_eq(cqe->user_data, TAG_RIG);
+			for (const struct io_uring_cqe *h = cqe;
+			     (n = rig_uring_handle(ring, nic, h, ready, 64)) > 0; h = NULL) {
+				for (i = 0; i < n; i++) {
+					/* The CQ context names the queue pair: find
+					 * its index for the count. */
+					for (k = 0; k < nqps && qps[k] != ready[i].qp; k++)
+						;
+					cr_assert_lt(k, nqps, "an unknown queue pair is ready");
+					while (rig_qp_poll(ready[i].qp, ready[i].side, &c) == 1) {
+						taken++;
+						per[k].errors += c.error != 0;
+						if (ready[i].side == RIG_SEND)
+							per[k].send++;
+						else
+							per[k].receive++;
+					}
+				}
+				if (n < 64)
+					break;
+			}
+			cr_assert_geq(n, 0, "rig_uring_handle: %s", rig_errmsg());
+		}
+		io_uring_cqe_seen(ring, cqe);
+	}
+	return taken;
+}
+
+/* Each of 1024 queue pairs in one loop gets its completions; a timer in
+ * the same io_uring keeps ticking. */
+Test(loop, each_of_1024_queue_pairs_gets_its_completions, .timeout = 300)
+{
+	enum { NQP = 1024 };
+	struct rig_nic *nic = t_nic_open(t_dev());
+	struct rig_qp **qps = calloc(NQP, sizeof(*qps));
+	struct counts *per = calloc(NQP, sizeof(*per));
+	struct io_uring ring;
+	struct t_buf buf;
+	int i, ticks = 0, taken;
+
+	cr_assert_eq(io_uring_queue_init(256, &ring, 0), 0);
+	t_buf(&buf, nic, NQP * 64, 1);
+	for (i = 0; i < NQP; i++)
+		qps[i] = t_qp(nic);
+	for (i = 0; i < NQP; i += 2)
+		t_connect(qps[i], qps[i + 1]);
+
+	cr_assert_eq(rig_uring_watch(&ring, nic, TAG_RIG), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_uring_watch(&ring, nic, TAG_RIG), -EALREADY);
+	queue_tick(&ring);
+	io_uring_submit(&ring);
+
+	for (i = 0; i < NQP; i++)
+		cr_assert_eq(rig_qp_receive(qps[i], buf.r, i * 64, 64), 0);
+	for (i = 0; i < NQP; i++)
+		cr_assert_eq(rig_qp_send(qps[i], buf.r, (i ^ 1) * 64, 32), 0);
+
+	taken = run_loop(&ring, nic, qps, NQP, per, 2 * NQP, 120000, &ticks);
+	cr_assert_eq(taken, 2 * NQP);
+	cr_log_info("%d ticks of the timer meanwhile", ticks);
+	for (i = 0; i < NQP; i++) {
+		cr_assert_eq(per[i].send, 1, "queue pair %d: %d sends", i, per[i].send);
+		cr_assert_eq(per[i].receive, 1, "queue pair %d: %d receives", i, per[i].receive);
+		cr_assert_eq(per[i].errors, 0, "queue pair %d failed", i);
+	}
+	io_uring_queue_exit(&ring);
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
+	free(per);
+	free(qps);
+}
+
+/* Ready rings are handed out in batches of the caller's size; none is
+ * lost or listed twice between calls. */
+Test(loop, small_batches_lose_nothing)
+{
+	enum { NQP = 40 };
+	struct rig_nic *nic = t_nic_open(t_dev());
+	struct rig_qp *qps[NQP];
+	struct counts per[NQP] = { 0 };
+	struct io_uring ring;
+	struct t_buf buf;
+	int i, ticks = 0;
+
+	cr_assert_eq(io_uring_queue_init(8, &ring, 0), 0);
+	t_buf(&buf, nic, NQP * 64, 1);
+	for (i = 0; i < NQP; i++)
+		qps[i] = t_qp(nic);
+	for (i = 0; i < NQP; i += 2)
+		t_connect(qps[i], qps[i + 1]);
+	cr_assert_eq(rig_uring_watch(&ring, nic, TAG_RIG), 0);
+	io_uring_submit(&ring);
+	for (i = 0; i < NQP; i++)
+		cr_assert_eq(rig_qp_receive(qps[i], buf.r, i * 64, 64), 0);
+	for (i = 0; i < NQP; i++)
+		cr_assert_eq(rig_qp_send(qps[i], buf.r, (i ^ 1) * 64, 8), 0);
+	cr_assert_eq(run_loop(&ring, nic, qps, NQP, per, 2 * NQP, 30000, &ticks), 2 * NQP);
+	for (i = 0; i < NQP; i++)
+		cr_assert(per[i].send == 1 && per[i].receive == 1, "queue pair %d", i);
+	io_uring_queue_exit(&ring);
+	cr_assert_eq(rig_nic_close(nic), 0);
+}
