@@ -166,17 +166,17 @@ RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
 	if (ring->tail == ring->head)
 		return 0;
 
-	if (!ring->ahead) {
+	if (!ring->ahead)
 		reap(qp, side);
-		/* An empty ring may be one the NIC will never complete, and a
-		 * flush has its reason on the other ring, if anywhere. */
-		if (!failed(qp) && (!ring->ahead || qp->flushed))
-			reap(qp, !side);
-		if (!failed(qp) && qp->flushed)
-			rig__qp_failed(qp, RIG__CAUSE_FLUSH, ECANCELED,
-				       wc_error(IBV_WC_WR_FLUSH_ERR).why,
-				       IBV_WC_WR_FLUSH_ERR);
-	}
+	/* An empty ring may be one the NIC will never complete, and a flush
+	 * (taken here or by the inline poll) has its reason on the other
+	 * ring, if anywhere. */
+	if (!failed(qp) && (!ring->ahead || qp->flushed))
+		reap(qp, !side);
+	if (!failed(qp) && qp->flushed)
+		rig__qp_failed(qp, RIG__CAUSE_FLUSH, ECANCELED,
+			       wc_error(IBV_WC_WR_FLUSH_ERR).why,
+			       IBV_WC_WR_FLUSH_ERR);
 	if (qp->cause >= RIG__CAUSE_KIND && qp->distrust != 3) {
 		/* What the NIC completed before it was distrusted still counts. */
 		reap(qp, RIG_SEND);
