@@ -1,0 +1,318 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Async events (SPEC F1, F6).
+ *
+ * Soft-RoCE raises no async event for any queue-pair failure and no
+ * DEVICE_FATAL at all (its device removal blocks until every context is
+ * closed), so those events are injected at the kernel boundary: a pipe is
+ * dup2()ed over the context's async fd and real ib_uverbs_async_event_desc
+ * records are written into it. libibverbs then reads and parses them
+ * exactly as it would the kernel's. What rxe does raise, port down and up,
+ * is tested for real.
+ *
+ * After an injected queue-pair event, ibv_destroy_qp would wait forever
+ * for the kernel to count an event it never sent; so each injection runs
+ * in a child process that reports through shared memory and exits
+ * without destroying anything.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <rdma/ib_user_verbs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "t_device.h"
+
+struct report {
+	char msg[512];
+};
+
+static struct report *rep;
+
+/* Child-side check: on failure, say where and exit 1. */
+#define CHECK(cond, ...)                                                       \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			int o = snprintf(rep->msg, sizeof(rep->msg),           \
+					 "%s:%d: %s: ", __FILE__, __LINE__,    \
+					 #cond);                               \
+			snprintf(rep->msg + o, sizeof(rep->msg) - o, __VA_ARGS__); \
+			_exit(1);                                              \
+		}                                                              \
+	} while (0)
+
+/* Runs @fn in a child process; fails the test with the child's message. */
+static void in_child(void (*fn)(void))
+{
+	int status;
+	pid_t pid;
+
+	rep = mmap(NULL, sizeof(*rep), PROT_READ | PROT_WRITE,
+		   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(rep, MAP_FAILED);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		fn();
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %s",
+		  rep->msg[0] ? rep->msg : "killed");
+}
+
+static int inject_fd = -1;
+
+/* Puts a pipe in place of the context's async fd; returns its write end.
+ * The pipe's read end must be non-blocking, as rig made the real one. */
+static void inject_setup(struct ibv_context *ctx)
+{
+	int p[2];
+
+	CHECK(pipe(p) == 0, "pipe");
+	CHECK(fcntl(p[0], F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
+	CHECK(dup2(p[0], ctx->async_fd) == ctx->async_fd, "dup2");
+	close(p[0]);
+	inject_fd = p[1];
+}
+
+static void inject(uint64_t element, enum ibv_event_type type)
+{
+	struct ib_uverbs_async_event_desc d = { element, type, 0 };
+
+	CHECK(write(inject_fd, &d, sizeof(d)) == sizeof(d), "write");
+}
+
+static struct rig_nic *nic;
+static struct rig_qp *a, *b;
+static struct t_buf buf;
+
+static void child_pair(void)
+{
+	struct rig_endpoint ea, eb;
+
+	CHECK(rig_nic_open(t_dev(), &nic) == 0, "%s", rig_errmsg());
+	CHECK(rig_qp_make(nic, &a) == 0 && rig_qp_make(nic, &b) == 0, "%s", rig_errmsg());
+	rig_qp_endpoint(a, &ea);
+	rig_qp_endpoint(b, &eb);
+	CHECK(rig_qp_connect(a, &eb) == 0 && rig_qp_connect(b, &ea) == 0, "%s", rig_errmsg());
+	buf.len = 1 << 16;
+	buf.mem = calloc(1, buf.len);
+	CHECK(rig_region_register(nic, buf.mem, buf.len, &buf.r) == 0, "%s", rig_errmsg());
+	inject_setup(a->ibqp->context);
+}
+
+/* Takes @n completions of @side, each failed with @error. */
+static void expect_failed(struct rig_qp *qp, enum rig_side side, int n, int error,
+			  const char *word)
+{
+	struct rig_completion c;
+	int i;
+
+	for (i = 0; i < n; i++) {
+		CHECK(rig_qp_poll(qp, side, &c) == 1, "entry %d of the %s ring not complete", i,
+		      side == RIG_SEND ? "send" : "receive");
+		CHECK(c.error == error, "entry %d: error %d, want %d", i, c.error, error);
+		CHECK(c.why && strstr(c.why, word), "entry %d: why %s", i, c.why);
+	}
+	CHECK(rig_qp_poll(qp, side, &c) == 0, "more completions than entries");
+	CHECK(rig_qp_room(qp, side) == RIG_RING_ENTRIES, "room");
+}
+
+/* Entries due on both rings: receives nobody sends to, and sends to a
+ * peer with no receive (RNR, which Soft-RoCE would end after ~475 ms). */
+static void post_due(void)
+{
+	int i;
+
+	for (i = 0; i < 3; i++)
+		CHECK(rig_qp_receive(a, buf.r, i * 64, 64) == 0, "%s", rig_errmsg());
+	for (i = 0; i < 2; i++)
+		CHECK(rig_qp_send(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
+}
+
+static enum ibv_event_type qp_event_type;
+static int qp_event_error;
+static const char *qp_event_word;
+
+static void qp_event_child(void)
+{
+	struct rig_completion c;
+
+	child_pair();
+	post_due();
+	inject((uintptr_t)a->ibqp, qp_event_type);
+	CHECK(rig_nic_events(nic) == 1, "events: %s", rig_errmsg());
+	CHECK(rig_nic_events(nic) == 0, "nothing more pending");
+	/* Due entries of both rings complete with the event's error, in
+	 * order, taken receive ring first. */
+	expect_failed(a, RIG_RECEIVE, 3, qp_event_error, qp_event_word);
+	expect_failed(a, RIG_SEND, 2, qp_event_error, qp_event_word);
+	/* F5: later posts are accepted and fail the same way. */
+	CHECK(rig_qp_receive(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
+	CHECK(rig_qp_send(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
+	expect_failed(a, RIG_SEND, 1, qp_event_error, qp_event_word);
+	expect_failed(a, RIG_RECEIVE, 1, qp_event_error, qp_event_word);
+	/* The event named a only: b is untouched. */
+	CHECK(rig_qp_poll(b, RIG_RECEIVE, &c) == 0 && rig_qp_room(b, RIG_SEND) == RIG_RING_ENTRIES,
+	      "b changed");
+}
+
+Test(event, F1_QP_FATAL_fails_that_queue_pair)
+{
+	qp_event_type = IBV_EVENT_QP_FATAL;
+	qp_event_error = -EIO;
+	qp_event_word = "QP_FATAL";
+	in_child(qp_event_child);
+}
+
+Test(event, F1_QP_REQ_ERR_fails_that_queue_pair)
+{
+	qp_event_type = IBV_EVENT_QP_REQ_ERR;
+	qp_event_error = -EPROTO;
+	qp_event_word = "QP_REQ_ERR";
+	in_child(qp_event_child);
+}
+
+Test(event, F1_QP_ACCESS_ERR_fails_that_queue_pair)
+{
+	qp_event_type = IBV_EVENT_QP_ACCESS_ERR;
+	qp_event_error = -EACCES;
+	qp_event_word = "QP_ACCESS_ERR";
+	in_child(qp_event_child);
+}
+
+/* F6: DEVICE_FATAL fails every queue pair of the NIC, and entries the NIC
+ * will never complete (receives with no sender) complete with its error. */
+static void device_fatal_child(void)
+{
+	int i;
+
+	child_pair();
+	for (i = 0; i < 4; i++) {
+		CHECK(rig_qp_receive(a, buf.r, i * 64, 64) == 0, "%s", rig_errmsg());
+		CHECK(rig_qp_receive(b, buf.r, i * 64, 64) == 0, "%s", rig_errmsg());
+	}
+	inject(0, IBV_EVENT_DEVICE_FATAL);
+	CHECK(rig_nic_events(nic) == 1, "events: %s", rig_errmsg());
+	expect_failed(a, RIG_RECEIVE, 4, -ENODEV, "DEVICE_FATAL");
+	expect_failed(b, RIG_RECEIVE, 4, -ENODEV, "DEVICE_FATAL");
+	/* Nothing reaches the NIC any more; posts still complete. */
+	CHECK(rig_qp_send(b, buf.r, 0, 8) == 0, "%s", rig_errmsg());
+	expect_failed(b, RIG_SEND, 1, -ENODEV, "DEVICE_FATAL");
+}
+
+Test(event, F6_DEVICE_FATAL_fails_every_queue_pair)
+{
+	in_child(device_fatal_child);
+}
+
+/* F1, T2: an async event wakes a sleeping rig_qp_wait, which then
+ * returns the failure. */
+static void *inject_later(void *arg)
+{
+	(void)arg;
+	usleep(100 * 1000);
+	inject((uintptr_t)a->ibqp, IBV_EVENT_QP_FATAL);
+	return NULL;
+}
+
+static void wait_wakes_child(void)
+{
+	struct rig_completion c;
+	pthread_t t;
+	double t0, dt;
+
+	child_pair();
+	CHECK(rig_qp_receive(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
+	t0 = t_now_ms();
+	pthread_create(&t, NULL, inject_later, NULL);
+	CHECK(rig_qp_wait(a, RIG_RECEIVE, 10 * 1000000, &c) == 1, "wait: %s", rig_errmsg());
+	dt = t_now_ms() - t0;
+	pthread_join(t, NULL);
+	CHECK(c.error == -EIO, "error %d", c.error);
+	CHECK(dt >= 100 && dt < 2000, "woke after %.1f ms for an event at 100 ms", dt);
+}
+
+Test(event, F1_T2_event_wakes_a_sleeping_wait)
+{
+	in_child(wait_wakes_child);
+}
+
+/* A PORT_ERR fails nothing: the device's own completions say whether a
+ * send still gets through. */
+static void port_err_child(void)
+{
+	struct rig_completion c;
+
+	child_pair();
+	inject(1, IBV_EVENT_PORT_ERR);
+	CHECK(rig_nic_events(nic) == 1, "events: %s", rig_errmsg());
+	CHECK(rig_qp_receive(b, buf.r, 64, 64) == 0, "%s", rig_errmsg());
+	CHECK(rig_qp_send(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
+	CHECK(rig_qp_wait(a, RIG_SEND, 5000000, &c) == 1 && c.error == 0, "send: %d %s",
+	      c.error, c.why);
+	CHECK(rig_qp_wait(b, RIG_RECEIVE, 5000000, &c) == 1 && c.error == 0 && c.bytes == 64,
+	      "receive: %d %s", c.error, c.why);
+}
+
+Test(event, F1_injected_PORT_ERR_fails_nothing)
+{
+	in_child(port_err_child);
+}
+
+/* The real device: taking the netdev down and up gives PORT_ERR and
+ * PORT_ACTIVE, and fails no queue pair (Soft-RoCE keeps them RTS). */
+static int events_within(struct rig_nic *n, int ms)
+{
+	double end = t_now_ms() + ms;
+	int got = 0, r;
+
+	while (!got && t_now_ms() < end) {
+		r = rig_nic_events(n);
+		cr_assert_geq(r, 0, "%s", rig_errmsg());
+		got += r;
+		usleep(5000);
+	}
+	return got;
+}
+
+Test(event, F1_real_port_down_and_up_fail_nothing)
+{
+	const char *netdev = getenv("RIG_TEST_NETDEV");
+	struct rig_completion c;
+	struct t_buf tb;
+
+	cr_assert_not_null(netdev, "RIG_TEST_NETDEV unset");
+	nic = t_nic_open(t_dev());
+	a = t_qp(nic);
+	b = t_qp(nic);
+	t_connect(a, b);
+	t_buf(&tb, nic, 4096, 9);
+	t_sh("ip link set %s down", netdev);
+	cr_assert_geq(events_within(nic, 3000), 1, "no PORT_ERR within 3 s");
+	t_sh("ip link set %s up", netdev);
+	cr_assert_geq(events_within(nic, 3000), 1, "no PORT_ACTIVE within 3 s");
+	/* Wait for the port to be usable again, then a message goes through. */
+	for (double end = t_now_ms() + 5000;; usleep(10000)) {
+		struct ibv_port_attr pa;
+
+		cr_assert_eq(ibv_query_port(a->ibqp->context, 1, &pa), 0);
+		if (pa.state == IBV_PORT_ACTIVE)
+			break;
+		cr_assert_lt(t_now_ms(), end, "port not ACTIVE again");
+	}
+	cr_assert_eq(rig_qp_receive(b, tb.r, 2048, 100), 0);
+	cr_assert_eq(rig_qp_send(a, tb.r, 0, 100), 0);
+	c = t_take(a, RIG_SEND, 5000);
+	cr_assert_eq(c.error, 0, "%s", c.why);
+	c = t_take(b, RIG_RECEIVE, 5000);
+	cr_assert_eq(c.error, 0, "%s", c.why);
+	cr_assert_arr_eq(tb.mem + 2048, tb.mem, 100);
+	cr_assert_eq(rig_nic_close(nic), 0);
+}
