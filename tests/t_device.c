@@ -93,14 +93,31 @@ void t_connect(struct rig_qp *a, struct rig_qp *b)
 	}
 }
 
+/* Buffers live until the test's process exits: a region's memory must
+ * outlive its registration, which the test's NIC close ends. */
+static void **bufs;
+static size_t nbufs;
+
+static void free_bufs(void)
+{
+	while (nbufs)
+		free(bufs[--nbufs]);
+	free(bufs);
+}
+
 void t_buf(struct t_buf *b, struct rig_nic *nic, size_t len, unsigned seed)
 {
 	size_t i;
 	int ret;
 
+	if (!bufs)
+		atexit(free_bufs);
+	bufs = realloc(bufs, (nbufs + 1) * sizeof(*bufs));
+	cr_assert_not_null(bufs);
 	b->len = len;
 	b->mem = malloc(len ? len : 1);
 	cr_assert_not_null(b->mem);
+	bufs[nbufs++] = b->mem;
 	for (i = 0; i < len; i++)
 		b->mem[i] = (uint8_t)(seed + i * 131 + (i >> 8));
 	ret = rig_region_register(nic, b->mem, len ? len : 1, &b->r);
