@@ -1,0 +1,31 @@
+# SPDX-License-Identifier: MIT
+# Shared by tests/run-all and tests/run-main: installs what the build
+# needs from Debian's packages, then builds a tree.
+
+BUILD_PACKAGES=(autoconf automake libtool pkg-config make gcc g++
+	libibverbs-dev librdmacm-dev liburing-dev libcriterion-dev)
+
+# Installs the Debian packages of "$@" that are missing.
+ensure_packages() {
+	local missing=() p
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
+			missing+=("$p")
+	done
+	((${#missing[@]})) || return 0
+	echo "installing ${missing[*]}" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 ||
+		{ apt-get update -q >&2 &&
+		  apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; }
+}
+
+# build DIR [CONFIGURE ARGS...]: configures and builds the project in DIR,
+# a tree beside the sources, with the tests built too.
+build() {
+	local dir=$1; shift
+	[[ -x configure ]] || ./autogen.sh >/dev/null
+	mkdir -p "$dir"
+	(cd "$dir" && { [[ -f Makefile ]] || ../configure -q "$@"; } &&
+		make -j"$(nproc)" -s >/dev/null && make -j"$(nproc)" -s check TESTS= >/dev/null)
+}
