@@ -10,6 +10,9 @@
 
 #include <rig/rig.h>
 
+struct rdma_cm_id;
+struct rdma_event_channel;
+
 #define RIG_EXPORT __attribute__((visibility("default")))
 #define __cold __attribute__((cold, noinline))
 #define likely(x) __builtin_expect(!!(x), 1)
@@ -109,6 +112,9 @@ struct rig__qp {
 	unsigned unacked[2];
 	int sleeper[2];
 	uint8_t pending;		/* 1 << side: listed in nic->pending */
+	/* rig_dial and rig_accept's connection, destroyed with the QP. */
+	struct rdma_cm_id *cm_id;
+	struct rdma_event_channel *cm_ch;
 	/* Set by rig_nic_events, from any thread, for the owner to apply. */
 	int event_error;
 	const char *event_why;
@@ -137,6 +143,9 @@ void rig__qp_ack_events(struct rig__qp *qp);
 void rig__loop_arm(struct rig__qp *qp);
 void rig__loop_ready(struct rig__qp *qp, enum rig_side side);
 void rig__loop_forget(struct rig__qp *qp);
+
+/* cm.c: ends @qp's rdma_cm connection, if it has one. */
+void rig__qp_cm_free(struct rig__qp *qp);
 
 /* errmsg.c: set this thread's rig_errmsg() and return -err. */
 int rig__fail(int err, const char *fmt, ...)

@@ -244,6 +244,7 @@ int rig__qp_free(struct rig__qp *qp)
 	pthread_mutex_unlock(&nic->lock);
 	ring_fini(&qp->pub.ring[RIG_SEND]);
 	ring_fini(&qp->pub.ring[RIG_RECEIVE]);
+	rig__qp_cm_free(qp);
 	free(qp);
 	return 0;
 }

@@ -10,5 +10,6 @@
 #include <rig/endpoint.h>
 #include <rig/qp.h>
 #include <rig/wait.h>
+#include <rig/cm.h>
 
 #endif

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef RIG_CM_H
+#define RIG_CM_H
+/*
+ * Connecting by address, with librdmacm. The two sides exchange their
+ * endpoints (the 30-byte wire form, after a 4-byte tag) in the connection
+ * manager's private data and connect with rig_qp_connect(), so the queue
+ * pairs follow exactly the rules of SPEC M3 and M4. The peer's private
+ * data is untrusted: rig_cm_parse() checks it.
+ */
+#include <stddef.h>
+#include <stdint.h>
+
+#include <rig/endpoint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct rig_nic;
+struct rig_qp;
+struct rig_listener;
+
+/* What goes in the private data: the tag "rig1", then the endpoint. */
+#define RIG_CM_PRIVATE 34
+
+/**
+ * rig_listen - listen for connections on @addr (numeric IPv4 or IPv6),
+ * @port; the address must belong to @nic's port
+ *
+ * Returns 0 and sets *out, or -errno (rig_errmsg() names the step).
+ */
+int rig_listen(struct rig_nic *nic, const char *addr, uint16_t port,
+	       struct rig_listener **out);
+
+/**
+ * rig_listener_fd - readable when a connection request is pending; for
+ * the application's io_uring or epoll loop
+ */
+int rig_listener_fd(const struct rig_listener *l);
+
+/**
+ * rig_accept - accept the next connection, waiting at most @us
+ * microseconds; sets *out to a connected queue pair
+ *
+ * Returns 0; -ETIMEDOUT at the bound; -EPROTO when the peer's private data
+ * is not a rig endpoint (the request is rejected, the listener goes on);
+ * or another -errno.
+ */
+int rig_accept(struct rig_listener *l, int64_t us, struct rig_qp **out);
+
+/** rig_listener_close - stop listening; accepted queue pairs live on */
+int rig_listener_close(struct rig_listener *l);
+
+/**
+ * rig_dial - connect to a listener at @addr, @port from @nic, waiting at
+ * most @us microseconds for address and route resolution and the answer
+ *
+ * Returns 0 and sets *out to a connected queue pair; -ETIMEDOUT at the
+ * bound; -ECONNREFUSED when nobody listens there; -EHOSTUNREACH or
+ * -ENETUNREACH when the address does not resolve; -ENODEV when the route
+ * leaves through another device than @nic; -EPROTO when the answer is
+ * not a rig endpoint.
+ */
+int rig_dial(struct rig_nic *nic, const char *addr, uint16_t port, int64_t us,
+	     struct rig_qp **out);
+
+/** rig_cm_pack - the private data that carries @e */
+void rig_cm_pack(const struct rig_endpoint *e, uint8_t out[RIG_CM_PRIVATE]);
+
+/**
+ * rig_cm_parse - read an endpoint from a peer's private data
+ *
+ * The transport pads private data with zeros, so @len may exceed
+ * RIG_CM_PRIVATE; the padding must be zeros. Returns 0, or -EPROTO (and
+ * leaves *e untouched) for anything else.
+ */
+int rig_cm_parse(const void *data, size_t len, struct rig_endpoint *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
