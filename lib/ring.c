@@ -173,6 +173,12 @@ RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
 	 * ring, if anywhere. */
 	if (!failed(qp) && (!ring->ahead || qp->flushed))
 		reap(qp, !side);
+	/* The NIC writes the failing entry's completion before it flushes,
+	 * but maybe after this ring's CQ was read: read both once more. */
+	if (!failed(qp) && qp->flushed) {
+		reap(qp, side);
+		reap(qp, !side);
+	}
 	if (!failed(qp) && qp->flushed)
 		rig__qp_failed(qp, RIG__CAUSE_FLUSH, ECANCELED,
 			       wc_error(IBV_WC_WR_FLUSH_ERR).why,
