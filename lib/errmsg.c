@@ -10,11 +10,15 @@ static __thread char errmsg[256];
 
 int rig__fail(int err, const char *fmt, ...)
 {
+	char msg[sizeof(errmsg)];
 	va_list ap;
 
+	/* Through a copy: a caller may pass rig_errmsg() itself, to add to
+	 * the reason a deeper call gave. */
 	va_start(ap, fmt);
-	vsnprintf(errmsg, sizeof(errmsg), fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	memcpy(errmsg, msg, sizeof(errmsg));
 	return -err;
 }
 
