@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libFuzzer target for the two parsers of untrusted bytes: rig_cm_parse
+ * (a peer's rdma_cm private data: "rig1", the endpoint's 30-byte wire
+ * form, zero padding) and rig_endpoint_unpack (the wire form alone).
+ *
+ * For every input each parser must return 0 or its one error code, and:
+ *   - accept exactly what include/rig/cm.h and endpoint.h say it accepts
+ *     (checked against a reference written from those headers);
+ *   - on success give a qp and a psn that fit in 24 bits, and pack back to
+ *     the input's bytes (rig_cm_pack, rig_endpoint_pack);
+ *   - on failure leave the output untouched (it is filled with a canary);
+ *   - never read outside the input (libFuzzer hands over a heap copy of
+ *     exactly @size bytes, so AddressSanitizer sees any over-read).
+ * A broken invariant aborts, which libFuzzer reports as a crash.
+ *
+ * Built and run by tests/fuzz.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rig/cm.h>
+#include <rig/endpoint.h>
+#include <rig/nic.h>
+
+#define CANARY 0xa5
+#define MAX24 0xffffffu
+
+#define CHECK(cond, ...)                                                   \
+	do {                                                               \
+		if (!(cond)) {                                             \
+			fprintf(stderr, "fuzz_cm_parse: %s:%d: %s: ",      \
+				__FILE__, __LINE__, #cond);                \
+			fprintf(stderr, __VA_ARGS__);                      \
+			fprintf(stderr, "\n");                             \
+			abort();                                           \
+		}                                                          \
+	} while (0)
+
+static uint32_t be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
+	       (uint32_t)p[2] << 8 | p[3];
+}
+
+/* The reference: is @p, @len a valid wire form? */
+static int ref_endpoint_ok(const uint8_t *p, size_t len)
+{
+	return len == RIG_ENDPOINT_WIRE && be32(p) <= MAX24 &&
+	       be32(p + 4) <= MAX24;
+}
+
+/* The reference: is @p, @len valid private data? */
+static int ref_cm_ok(const uint8_t *p, size_t len)
+{
+	size_t i;
+
+	if (len < RIG_CM_PRIVATE || memcmp(p, "rig1", 4))
+		return 0;
+	for (i = RIG_CM_PRIVATE; i < len; i++)
+		if (p[i])
+			return 0;
+	return ref_endpoint_ok(p + 4, RIG_ENDPOINT_WIRE);
+}
+
+static void fill_canary(struct rig_endpoint *e)
+{
+	memset(e, CANARY, sizeof(*e));
+}
+
+static int is_canary(const struct rig_endpoint *e)
+{
+	const uint8_t *p = (const uint8_t *)e;
+	size_t i;
+
+	for (i = 0; i < sizeof(*e); i++)
+		if (p[i] != CANARY)
+			return 0;
+	return 1;
+}
+
+/* A failed call must leave a message, a string within its 256 bytes. */
+static void check_errmsg(void)
+{
+	const char *m = rig_errmsg();
+
+	CHECK(m != NULL, "rig_errmsg() is NULL");
+	CHECK(memchr(m, 0, 256) != NULL, "rig_errmsg() is not terminated");
+}
+
+static void fuzz_cm(const uint8_t *data, size_t size)
+{
+	struct rig_endpoint e;
+	uint8_t out[RIG_CM_PRIVATE];
+	int ret, want = ref_cm_ok(data, size);
+
+	fill_canary(&e);
+	ret = rig_cm_parse(data, size, &e);
+	CHECK(ret == 0 || ret == -EPROTO, "rig_cm_parse returned %d", ret);
+	CHECK((ret == 0) == want, "rig_cm_parse returned %d on %zu bytes, the reference %s them",
+	      ret, size, want ? "accepts" : "rejects");
+	if (ret) {
+		CHECK(is_canary(&e), "rig_cm_parse failed but wrote its output");
+		check_errmsg();
+		return;
+	}
+	CHECK(e.qp <= MAX24, "qp %#x over 24 bits", e.qp);
+	CHECK(e.psn <= MAX24, "psn %#x over 24 bits", e.psn);
+	memset(out, 0, sizeof(out));
+	rig_cm_pack(&e, out);
+	CHECK(!memcmp(out, data, RIG_CM_PRIVATE), "rig_cm_pack does not give back the input");
+}
+
+static void fuzz_endpoint(const uint8_t *data, size_t size)
+{
+	struct rig_endpoint e;
+	uint8_t out[RIG_ENDPOINT_WIRE];
+	int ret, want = ref_endpoint_ok(data, size);
+
+	fill_canary(&e);
+	ret = rig_endpoint_unpack(data, size, &e);
+	CHECK(ret == 0 || ret == -EINVAL, "rig_endpoint_unpack returned %d", ret);
+	CHECK((ret == 0) == want, "rig_endpoint_unpack returned %d on %zu bytes, the reference %s them",
+	      ret, size, want ? "accepts" : "rejects");
+	if (ret) {
+		CHECK(is_canary(&e), "rig_endpoint_unpack failed but wrote its output");
+		check_errmsg();
+		return;
+	}
+	CHECK(e.qp <= MAX24, "qp %#x over 24 bits", e.qp);
+	CHECK(e.psn <= MAX24, "psn %#x over 24 bits", e.psn);
+	memset(out, 0, sizeof(out));
+	rig_endpoint_pack(&e, out);
+	CHECK(!memcmp(out, data, RIG_ENDPOINT_WIRE), "rig_endpoint_pack does not give back the input");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct rig_endpoint e;
+
+	fuzz_cm(data, size);
+	fuzz_endpoint(data, size);
+	/* The same bytes after a tag: makes every 34-byte input that
+	 * rig_cm_parse reads also a wire form for rig_endpoint_unpack. */
+	if (size >= 4)
+		fuzz_endpoint(data + 4, size - 4);
+
+	/* NULL arguments are refused, not dereferenced. */
+	fill_canary(&e);
+	CHECK(rig_cm_parse(NULL, size, &e) == -EPROTO && is_canary(&e), "rig_cm_parse(NULL data)");
+	CHECK(rig_cm_parse(data, size, NULL) == -EPROTO, "rig_cm_parse(NULL endpoint)");
+	CHECK(rig_endpoint_unpack(NULL, size, &e) == -EINVAL && is_canary(&e),
+	      "rig_endpoint_unpack(NULL buf)");
+	CHECK(rig_endpoint_unpack(data, size, NULL) == -EINVAL, "rig_endpoint_unpack(NULL endpoint)");
+	return 0;
+}
