@@ -16,8 +16,6 @@
 
 #include "internal.h"
 
-static const uint8_t cm_tag[4] = { 'r', 'i', 'g', '1' };
-
 /* Address and route resolution, each bounded by the caller's deadline
  * too; rdma_cm wants a timeout of its own. */
 #define RIG_CM_RESOLVE_MS 2000
@@ -27,30 +25,6 @@ struct rig_listener {
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
 };
-
-RIG_EXPORT void rig_cm_pack(const struct rig_endpoint *e, uint8_t out[RIG_CM_PRIVATE])
-{
-	memcpy(out, cm_tag, sizeof(cm_tag));
-	rig_endpoint_pack(e, out + sizeof(cm_tag));
-}
-
-RIG_EXPORT int rig_cm_parse(const void *data, size_t len, struct rig_endpoint *e)
-{
-	const uint8_t *p = data;
-	struct rig_endpoint tmp;
-	size_t i;
-
-	if (!data || !e || len < RIG_CM_PRIVATE || memcmp(p, cm_tag, sizeof(cm_tag)))
-		return rig__fail(EPROTO, "the peer's private data is not a rig endpoint");
-	for (i = RIG_CM_PRIVATE; i < len; i++)
-		if (p[i])
-			return rig__fail(EPROTO, "the peer's private data has %zu bytes more than a rig endpoint",
-					 len - RIG_CM_PRIVATE);
-	if (rig_endpoint_unpack(p + sizeof(cm_tag), RIG_ENDPOINT_WIRE, &tmp))
-		return rig__fail(EPROTO, "the peer's endpoint is malformed: %s", rig_errmsg());
-	*e = tmp;
-	return 0;
-}
 
 static int64_t deadline_after(int64_t us)
 {

@@ -1,10 +1,16 @@
 /* SPDX-License-Identifier: MIT */
-/* The endpoint's 30-byte wire form (SPEC M2). Its input is untrusted. */
+/*
+ * The endpoint's 30-byte wire form (SPEC M2), and the rdma_cm private data
+ * that carries it (a tag, then the wire form). Their input is untrusted;
+ * tests/fuzz_cm_parse.c fuzzes both parsers.
+ */
 #include <string.h>
 
 #include "internal.h"
 
 #define RIG_24BITS 0xffffffu
+
+static const uint8_t cm_tag[4] = { 'r', 'i', 'g', '1' };
 
 static void put_be32(uint8_t *p, uint32_t v)
 {
@@ -49,5 +55,29 @@ RIG_EXPORT int rig_endpoint_unpack(const void *buf, size_t len,
 	e->psn = psn;
 	memcpy(e->gid, p + 8, 16);
 	memcpy(e->mac, p + 24, 6);
+	return 0;
+}
+
+RIG_EXPORT void rig_cm_pack(const struct rig_endpoint *e, uint8_t out[RIG_CM_PRIVATE])
+{
+	memcpy(out, cm_tag, sizeof(cm_tag));
+	rig_endpoint_pack(e, out + sizeof(cm_tag));
+}
+
+RIG_EXPORT int rig_cm_parse(const void *data, size_t len, struct rig_endpoint *e)
+{
+	const uint8_t *p = data;
+	struct rig_endpoint tmp;
+	size_t i;
+
+	if (!data || !e || len < RIG_CM_PRIVATE || memcmp(p, cm_tag, sizeof(cm_tag)))
+		return rig__fail(EPROTO, "the peer's private data is not a rig endpoint");
+	for (i = RIG_CM_PRIVATE; i < len; i++)
+		if (p[i])
+			return rig__fail(EPROTO, "the peer's private data has %zu bytes more than a rig endpoint",
+					 len - RIG_CM_PRIVATE);
+	if (rig_endpoint_unpack(p + sizeof(cm_tag), RIG_ENDPOINT_WIRE, &tmp))
+		return rig__fail(EPROTO, "the peer's endpoint is malformed: %s", rig_errmsg());
+	*e = tmp;
 	return 0;
 }
