@@ -286,3 +286,162 @@ RIG_EXPORT __cold int rig__qp_post_refused(struct rig_qp *pub, enum rig__op op,
 	return rig__fail_verbs(ret, rig__qp(pub)->nic,
 			       op == RIG__OP_RECEIVE ? "ibv_post_recv" : "ibv_post_send");
 }
+
+/* Checks a whole batch before any of it is posted. */
+static int check_batch(struct rig__qp *qp, enum rig_side side,
+		       const struct rig_post *posts, int count)
+{
+	struct rig__ring *ring = &qp->pub.ring[side];
+	int i, ret;
+
+	if (!posts || count < 1 || count > RIG_BATCH_MAX)
+		return rig__fail(EINVAL, "a batch has 1 to %d entries, not %d",
+				 RIG_BATCH_MAX, count);
+	if (qp->state != RIG__CONNECTED)
+		return rig__fail(EINVAL, "the queue pair is not connected");
+	for (i = 0; i < count; i++) {
+		ret = check_span(qp, posts[i].region, posts[i].at, posts[i].n, "the");
+		if (ret)
+			return rig__fail(-ret, "batch entry %d: %s", i, rig_errmsg());
+	}
+	if (rig__ring_used(ring) + (uint32_t)count > RIG_RING_ENTRIES)
+		return rig__fail(ENOSPC, "the %s ring has room for %d, not %d",
+				 side == RIG_SEND ? "send" : "receive",
+				 RIG_RING_ENTRIES - (int)rig__ring_used(ring), count);
+	return 0;
+}
+
+static void fill_slots(struct rig__ring *ring, const struct rig_post *posts, int count)
+{
+	int i;
+
+	for (i = 0; i < count; i++) {
+		struct rig__slot *slot = &ring->slot[(ring->head + i) & RIG__MASK];
+
+		slot->len = (uint32_t)posts[i].n;
+		slot->cookie = posts[i].cookie;
+	}
+}
+
+/* After a refusal part-way, @taken entries of the chain were posted. */
+static int batch_posted(struct rig__qp *qp, struct rig__ring *ring, int taken,
+			int ret, const char *call)
+{
+	ring->head += taken;
+	if (!ret)
+		return taken;
+	ret = rig__fail_verbs(ret, qp->nic, call);
+	return taken ? taken : ret;
+}
+
+RIG_EXPORT int rig_qp_send_batch(struct rig_qp *pub, const struct rig_post *posts,
+				 int count)
+{
+	struct ibv_send_wr wr[RIG_BATCH_MAX], *bad = NULL;
+	struct ibv_sge sge[RIG_BATCH_MAX];
+	struct rig__ring *ring;
+	struct rig__qp *qp;
+	int i, ret;
+
+	if (!pub)
+		return rig__fail(EINVAL, "NULL queue pair");
+	qp = rig__qp(pub);
+	ring = &pub->ring[RIG_SEND];
+	ret = check_batch(qp, RIG_SEND, posts, count);
+	if (ret)
+		return ret;
+	fill_slots(ring, posts, count);
+	if (__atomic_load_n(&pub->broken, __ATOMIC_ACQUIRE) & (RIG__FAILED | RIG__EVENT)) {
+		ring->head += count;	/* F5: accepted, never sent */
+		return count;
+	}
+	memset(wr, 0, count * sizeof(wr[0]));
+	for (i = 0; i < count; i++) {
+		sge[i].addr = (uintptr_t)(posts[i].region->addr + posts[i].at);
+		sge[i].length = (uint32_t)posts[i].n;
+		sge[i].lkey = posts[i].region->lkey;
+		wr[i].wr_id = ring->head + i;
+		wr[i].next = i + 1 < count ? &wr[i + 1] : NULL;
+		wr[i].sg_list = &sge[i];
+		wr[i].num_sge = 1;
+		wr[i].opcode = IBV_WR_SEND;
+	}
+	ret = ibv_post_send(pub->ibqp, wr, &bad);
+	return batch_posted(qp, ring, ret ? (int)(bad - wr) : count, ret, "ibv_post_send");
+}
+
+RIG_EXPORT int rig_qp_receive_batch(struct rig_qp *pub, const struct rig_post *posts,
+				    int count)
+{
+	struct ibv_recv_wr wr[RIG_BATCH_MAX], *bad = NULL;
+	struct ibv_sge sge[RIG_BATCH_MAX];
+	struct rig__ring *ring;
+	struct rig__qp *qp;
+	int i, ret;
+
+	if (!pub)
+		return rig__fail(EINVAL, "NULL queue pair");
+	qp = rig__qp(pub);
+	ring = &pub->ring[RIG_RECEIVE];
+	ret = check_batch(qp, RIG_RECEIVE, posts, count);
+	if (ret)
+		return ret;
+	fill_slots(ring, posts, count);
+	if (__atomic_load_n(&pub->broken, __ATOMIC_ACQUIRE) & (RIG__FAILED | RIG__EVENT)) {
+		ring->head += count;
+		return count;
+	}
+	for (i = 0; i < count; i++) {
+		sge[i].addr = (uintptr_t)(posts[i].region->addr + posts[i].at);
+		sge[i].length = (uint32_t)posts[i].n;
+		sge[i].lkey = posts[i].region->lkey;
+		wr[i].wr_id = ring->head + i;
+		wr[i].next = i + 1 < count ? &wr[i + 1] : NULL;
+		wr[i].sg_list = &sge[i];
+		wr[i].num_sge = 1;
+	}
+	ret = ibv_post_recv(pub->ibqp, wr, &bad);
+	return batch_posted(qp, ring, ret ? (int)(bad - wr) : count, ret, "ibv_post_recv");
+}
+
+RIG_EXPORT int rig_qp_poll_batch(struct rig_qp *pub, enum rig_side side,
+				 struct rig_completion *c, uint64_t *cookies, int max)
+{
+	struct ibv_wc wc[RIG_BATCH_MAX];
+	struct rig__ring *ring;
+	int n, i, taken = 0, ret;
+
+	if (!pub || !c || (unsigned)side > RIG_RECEIVE || max < 0)
+		return rig__fail(EINVAL, "rig_qp_poll_batch: bad argument");
+	ring = &pub->ring[side];
+	/* The common case: healthy, nothing stashed: one ibv_poll_cq. */
+	if (!rig__qp_broken(pub) && !ring->ahead && ring->tail != ring->head && max) {
+		n = ibv_poll_cq(ring->cq, max < RIG_BATCH_MAX ? max : RIG_BATCH_MAX, wc);
+		for (i = 0; i < n; i++) {
+			if (wc[i].status != IBV_WC_SUCCESS || !rig__wc_kind_ok(side, &wc[i]))
+				break;
+			c[taken].bytes = side == RIG_RECEIVE ? wc[i].byte_len
+						: ring->slot[ring->tail & RIG__MASK].len;
+			c[taken].error = 0;
+			c[taken].why = NULL;
+			if (cookies)
+				cookies[taken] = ring->slot[ring->tail & RIG__MASK].cookie;
+			ring->tail++;
+			taken++;
+		}
+		/* The rest go through the slow path, in order. */
+		for (; i < n; i++)
+			reap_one(rig__qp(pub), side, &wc[i]);
+	}
+	while (taken < max) {
+		uint64_t cookie = ring->slot[ring->tail & RIG__MASK].cookie;
+
+		ret = rig__qp_poll_slow(pub, side, NULL, 0, &c[taken]);
+		if (ret <= 0)
+			break;
+		if (cookies)
+			cookies[taken] = cookie;
+		taken++;
+	}
+	return taken;
+}

@@ -486,3 +486,72 @@ Test(destroy, D1_destroy_then_close, .init = pair_setup)
 	cr_assert_eq(rig_qp_destroy(b), 0, "%s", rig_errmsg());
 	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
 }
+
+/* Batches: one doorbell for up to RIG_BATCH_MAX entries, each entry's
+ * cookie back with its completion, in ring order (Q2). */
+Test(batch, Q2_batch_post_and_poll_with_cookies, .init = pair_setup,
+     .fini = pair_teardown)
+{
+	struct rig_post rx[RIG_BATCH_MAX], tx[RIG_BATCH_MAX];
+	struct rig_completion c[RIG_BATCH_MAX];
+	uint64_t cookies[RIG_BATCH_MAX];
+	struct t_buf src, dst;
+	int i, got, n;
+
+	t_buf(&src, nic, RIG_BATCH_MAX * 64, 3);
+	t_buf(&dst, nic, RIG_BATCH_MAX * 64, 0);
+	for (i = 0; i < RIG_BATCH_MAX; i++) {
+		rx[i] = (struct rig_post){ dst.r, (size_t)i * 64, 64, 1000 + i };
+		tx[i] = (struct rig_post){ src.r, (size_t)i * 64, (size_t)i + 1, 2000 + i };
+	}
+	cr_assert_eq(rig_qp_receive_batch(b, rx, RIG_BATCH_MAX), RIG_BATCH_MAX, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_room(b, RIG_RECEIVE), RIG_RING_ENTRIES - RIG_BATCH_MAX);
+	cr_assert_eq(rig_qp_send_batch(a, tx, RIG_BATCH_MAX), RIG_BATCH_MAX, "%s", rig_errmsg());
+	for (got = 0; got < RIG_BATCH_MAX; got += n) {
+		n = rig_qp_poll_batch(b, RIG_RECEIVE, c + got, cookies + got, RIG_BATCH_MAX - got);
+		cr_assert_geq(n, 0);
+	}
+	for (i = 0; i < RIG_BATCH_MAX; i++) {
+		cr_assert_eq(c[i].error, 0, "%s", c[i].why);
+		cr_assert_eq(c[i].bytes, (uint32_t)i + 1, "receive %d out of order", i);
+		cr_assert_eq(cookies[i], 1000u + i);
+		cr_assert_arr_eq(dst.mem + i * 64, src.mem + i * 64, i + 1);
+	}
+	for (got = 0; got < RIG_BATCH_MAX; got += n) {
+		n = rig_qp_poll_batch(a, RIG_SEND, c + got, cookies + got, RIG_BATCH_MAX - got);
+		cr_assert_geq(n, 0);
+	}
+	for (i = 0; i < RIG_BATCH_MAX; i++) {
+		cr_assert_eq(c[i].bytes, (uint32_t)i + 1);
+		cr_assert_eq(cookies[i], 2000u + i);
+	}
+	cr_assert_eq(rig_qp_poll_batch(a, RIG_SEND, c, cookies, RIG_BATCH_MAX), 0);
+	assert_untouched();
+}
+
+/* C2: one bad entry, or too little room, posts none of the batch. */
+Test(batch, C2_bad_batches_post_nothing, .init = pair_setup, .fini = pair_teardown)
+{
+	struct rig_post p[3];
+	struct t_buf buf;
+	int i;
+
+	t_buf(&buf, nic, 256, 0);
+	for (i = 0; i < 3; i++)
+		p[i] = (struct rig_post){ buf.r, 0, 8, 0 };
+	p[1].at = 250;	/* 250 + 8 > 256 */
+	cr_assert_eq(rig_qp_send_batch(a, p, 3), -EINVAL);
+	cr_assert_not_null(strstr(rig_errmsg(), "entry 1"), "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_receive_batch(b, p, 3), -EINVAL);
+	p[1].at = 0;
+	cr_assert_eq(rig_qp_send_batch(a, p, 0), -EINVAL);
+	cr_assert_eq(rig_qp_send_batch(a, p, RIG_BATCH_MAX + 1), -EINVAL);
+	cr_assert_eq(rig_qp_send_batch(a, NULL, 1), -EINVAL);
+	for (i = 0; i < RIG_RING_ENTRIES - 2; i++)
+		cr_assert_eq(rig_qp_receive(b, buf.r, 0, 8), 0);
+	cr_assert_eq(rig_qp_receive_batch(b, p, 3), -ENOSPC);
+	cr_assert_eq(rig_qp_room(b, RIG_RECEIVE), 2);
+	cr_assert_eq(rig_qp_receive_batch(b, p, 2), 2);
+	cr_assert_eq(rig_qp_room(b, RIG_RECEIVE), 0);
+	cr_assert_eq(rig_qp_room(a, RIG_SEND), RIG_RING_ENTRIES);
+}

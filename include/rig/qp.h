@@ -48,6 +48,7 @@ struct rig_nic;
 struct rig__slot {
 	uint32_t len;		/* posted length; a receive's message length once reaped */
 	uint32_t failed;	/* once reaped: the entry did not complete */
+	uint64_t cookie;	/* the caller's, from a batch post; else 0 */
 };
 
 struct rig__ring {
@@ -108,6 +109,42 @@ int rig_qp_connect(struct rig_qp *qp, const struct rig_endpoint *peer);
  * and rig_nic_close() frees what it holds.
  */
 int rig_qp_destroy(struct rig_qp *qp);
+
+/* One entry of a batch post. */
+struct rig_post {
+	const struct rig_region *region;
+	size_t at;
+	size_t n;
+	uint64_t cookie;	/* given back with the entry's completion */
+};
+
+/* Entries of one batch post, at most. */
+#define RIG_BATCH_MAX 64
+
+/**
+ * rig_qp_send_batch - post @count sends (1..RIG_BATCH_MAX) with one
+ * doorbell, one system call on Soft-RoCE
+ *
+ * Every entry is checked first, as rig_qp_send() checks one: a bad entry
+ * posts none (-EINVAL), and so does a ring without room for all (-ENOSPC).
+ * Returns @count; if the NIC refuses part of the chain, the number it took
+ * (the rest were not posted), or -errno if it took none.
+ */
+int rig_qp_send_batch(struct rig_qp *qp, const struct rig_post *posts, int count);
+
+/** rig_qp_receive_batch - rig_qp_send_batch() for receives */
+int rig_qp_receive_batch(struct rig_qp *qp, const struct rig_post *posts, int count);
+
+/**
+ * rig_qp_poll_batch - take up to @max completions of @side, in ring order
+ * @cookies: if not NULL, cookies[i] gets the cookie of c[i]'s entry (0 for
+ *           entries posted one at a time)
+ *
+ * Returns how many it took (0..@max), or -EINVAL. Like rig_qp_poll(), it
+ * makes no system call.
+ */
+int rig_qp_poll_batch(struct rig_qp *qp, enum rig_side side,
+		      struct rig_completion *c, uint64_t *cookies, int max);
 
 /*
  * Out-of-line halves of the inline functions. Not for applications: their
@@ -200,6 +237,7 @@ RIG_INLINE int rig_qp_send(struct rig_qp *qp, const struct rig_region *r,
 	wr.num_sge = 1;
 	wr.opcode = IBV_WR_SEND;
 	q->slot[q->head & RIG__MASK].len = (uint32_t)n;
+	q->slot[q->head & RIG__MASK].cookie = 0;
 	ret = ibv_post_send(qp->ibqp, &wr, &bad);
 	if (RIG__UNLIKELY(ret))
 		return rig__qp_post_refused(qp, RIG__OP_SEND, ret);
@@ -240,6 +278,7 @@ RIG_INLINE int rig_qp_read(struct rig_qp *qp, const struct rig_region *src,
 	wr.wr.rdma.remote_addr = (uintptr_t)(src->addr + src_at);
 	wr.wr.rdma.rkey = src->rkey;
 	q->slot[q->head & RIG__MASK].len = (uint32_t)n;
+	q->slot[q->head & RIG__MASK].cookie = 0;
 	ret = ibv_post_send(qp->ibqp, &wr, &bad);
 	if (RIG__UNLIKELY(ret))
 		return rig__qp_post_refused(qp, RIG__OP_READ, ret);
@@ -274,6 +313,7 @@ RIG_INLINE int rig_qp_receive(struct rig_qp *qp, const struct rig_region *r,
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
 	q->slot[q->head & RIG__MASK].len = (uint32_t)n;
+	q->slot[q->head & RIG__MASK].cookie = 0;
 	ret = ibv_post_recv(qp->ibqp, &wr, &bad);
 	if (RIG__UNLIKELY(ret))
 		return rig__qp_post_refused(qp, RIG__OP_RECEIVE, ret);
