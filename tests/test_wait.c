@@ -60,6 +60,7 @@ Test(wait, T2_returns_0_at_the_bound, .init = pair_setup, .fini = pair_teardown)
 
 		cr_assert_eq(rig_qp_wait(a, RIG_RECEIVE, bounds_us[i], &c), 0);
 		dt = t_now_ms() - t0;
+		cr_log_info("wait(%ld us) returned 0 after %.3f ms", (long)bounds_us[i], dt);
 		cr_assert_geq(dt, bounds_us[i] / 1000.0, "woke early: %.3f ms", dt);
 		cr_assert_leq(dt, bounds_us[i] / 1000.0 + 25, "woke late: %.3f ms for %ld us",
 			      dt, (long)bounds_us[i]);
