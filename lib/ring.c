@@ -311,26 +311,51 @@ static int check_batch(struct rig__qp *qp, enum rig_side side,
 	return 0;
 }
 
-static void fill_slots(struct rig__ring *ring, const struct rig_post *posts, int count)
+/*
+ * The half of a batch post that sends and receives share: checks the
+ * batch, files each entry's length and cookie, and gathers its bytes.
+ * Returns 0 to post the chain; @count when the queue pair has failed
+ * (F5: accepted, never sent); or -errno.
+ */
+static int batch_prepare(struct rig_qp *pub, enum rig_side side,
+			 const struct rig_post *posts, int count,
+			 struct ibv_sge *sge)
 {
-	int i;
+	struct rig__ring *ring;
+	int i, ret;
 
+	if (!pub)
+		return rig__fail(EINVAL, "NULL queue pair");
+	ring = &pub->ring[side];
+	ret = check_batch(rig__qp(pub), side, posts, count);
+	if (ret)
+		return ret;
 	for (i = 0; i < count; i++) {
 		struct rig__slot *slot = &ring->slot[(ring->head + i) & RIG__MASK];
 
 		slot->len = (uint32_t)posts[i].n;
 		slot->cookie = posts[i].cookie;
+		sge[i].addr = (uintptr_t)(posts[i].region->addr + posts[i].at);
+		sge[i].length = (uint32_t)posts[i].n;
+		sge[i].lkey = posts[i].region->lkey;
 	}
+	if (__atomic_load_n(&pub->broken, __ATOMIC_ACQUIRE) & (RIG__FAILED | RIG__EVENT)) {
+		ring->head += count;
+		return count;
+	}
+	return 0;
 }
 
-/* After a refusal part-way, @taken entries of the chain were posted. */
-static int batch_posted(struct rig__qp *qp, struct rig__ring *ring, int taken,
-			int ret, const char *call)
+/* After ibv_post_*: the NIC took @taken entries of the chain, all of it
+ * unless it refused one (@ret). */
+static int batch_posted(struct rig_qp *pub, enum rig_side side, int taken,
+			int ret)
 {
-	ring->head += taken;
+	pub->ring[side].head += taken;
 	if (!ret)
 		return taken;
-	ret = rig__fail_verbs(ret, qp->nic, call);
+	ret = rig__fail_verbs(ret, rig__qp(pub)->nic,
+			      side == RIG_SEND ? "ibv_post_send" : "ibv_post_recv");
 	return taken ? taken : ret;
 }
 
@@ -339,35 +364,21 @@ RIG_EXPORT int rig_qp_send_batch(struct rig_qp *pub, const struct rig_post *post
 {
 	struct ibv_send_wr wr[RIG_BATCH_MAX], *bad = NULL;
 	struct ibv_sge sge[RIG_BATCH_MAX];
-	struct rig__ring *ring;
-	struct rig__qp *qp;
 	int i, ret;
 
-	if (!pub)
-		return rig__fail(EINVAL, "NULL queue pair");
-	qp = rig__qp(pub);
-	ring = &pub->ring[RIG_SEND];
-	ret = check_batch(qp, RIG_SEND, posts, count);
+	ret = batch_prepare(pub, RIG_SEND, posts, count, sge);
 	if (ret)
 		return ret;
-	fill_slots(ring, posts, count);
-	if (__atomic_load_n(&pub->broken, __ATOMIC_ACQUIRE) & (RIG__FAILED | RIG__EVENT)) {
-		ring->head += count;	/* F5: accepted, never sent */
-		return count;
-	}
 	memset(wr, 0, count * sizeof(wr[0]));
 	for (i = 0; i < count; i++) {
-		sge[i].addr = (uintptr_t)(posts[i].region->addr + posts[i].at);
-		sge[i].length = (uint32_t)posts[i].n;
-		sge[i].lkey = posts[i].region->lkey;
-		wr[i].wr_id = ring->head + i;
+		wr[i].wr_id = pub->ring[RIG_SEND].head + i;
 		wr[i].next = i + 1 < count ? &wr[i + 1] : NULL;
 		wr[i].sg_list = &sge[i];
 		wr[i].num_sge = 1;
 		wr[i].opcode = IBV_WR_SEND;
 	}
 	ret = ibv_post_send(pub->ibqp, wr, &bad);
-	return batch_posted(qp, ring, ret ? (int)(bad - wr) : count, ret, "ibv_post_send");
+	return batch_posted(pub, RIG_SEND, ret ? (int)(bad - wr) : count, ret);
 }
 
 RIG_EXPORT int rig_qp_receive_batch(struct rig_qp *pub, const struct rig_post *posts,
@@ -375,33 +386,19 @@ RIG_EXPORT int rig_qp_receive_batch(struct rig_qp *pub, const struct rig_post *p
 {
 	struct ibv_recv_wr wr[RIG_BATCH_MAX], *bad = NULL;
 	struct ibv_sge sge[RIG_BATCH_MAX];
-	struct rig__ring *ring;
-	struct rig__qp *qp;
 	int i, ret;
 
-	if (!pub)
-		return rig__fail(EINVAL, "NULL queue pair");
-	qp = rig__qp(pub);
-	ring = &pub->ring[RIG_RECEIVE];
-	ret = check_batch(qp, RIG_RECEIVE, posts, count);
+	ret = batch_prepare(pub, RIG_RECEIVE, posts, count, sge);
 	if (ret)
 		return ret;
-	fill_slots(ring, posts, count);
-	if (__atomic_load_n(&pub->broken, __ATOMIC_ACQUIRE) & (RIG__FAILED | RIG__EVENT)) {
-		ring->head += count;
-		return count;
-	}
 	for (i = 0; i < count; i++) {
-		sge[i].addr = (uintptr_t)(posts[i].region->addr + posts[i].at);
-		sge[i].length = (uint32_t)posts[i].n;
-		sge[i].lkey = posts[i].region->lkey;
-		wr[i].wr_id = ring->head + i;
+		wr[i].wr_id = pub->ring[RIG_RECEIVE].head + i;
 		wr[i].next = i + 1 < count ? &wr[i + 1] : NULL;
 		wr[i].sg_list = &sge[i];
 		wr[i].num_sge = 1;
 	}
 	ret = ibv_post_recv(pub->ibqp, wr, &bad);
-	return batch_posted(qp, ring, ret ? (int)(bad - wr) : count, ret, "ibv_post_recv");
+	return batch_posted(pub, RIG_RECEIVE, ret ? (int)(bad - wr) : count, ret);
 }
 
 RIG_EXPORT int rig_qp_poll_batch(struct rig_qp *pub, enum rig_side side,
