@@ -75,7 +75,9 @@ void rig__nic_take_completion_events(struct rig_nic *nic)
 			ibv_ack_cq_events(cq, qp->unacked[side]);
 			qp->unacked[side] = 0;
 		}
-		if (qp->sleeper[side] >= 0)
+		/* Another thread sleeps on this ring: wake it. */
+		if (qp->sleeper[side] >= 0 &&
+		    !(waiter.ready && qp->sleeper[side] == waiter.efd))
 			eventfd_write(qp->sleeper[side], 1);
 		rig__loop_ready(qp, side);
 	}
@@ -99,45 +101,62 @@ static void set_sleeper(struct rig__qp *qp, enum rig_side side, int efd)
 	pthread_mutex_unlock(&qp->nic->lock);
 }
 
+/* What woke a sleep. */
+enum { WOKE_CHANNEL = 1 << 0, WOKE_EFD = 1 << 1, WOKE_ASYNC = 1 << 2 };
+
 /* Sleeps until the channel, this thread's eventfd or the async fd is
- * readable, or @ns pass. The polls are one-shot; whatever did not fire is
- * cancelled before return, so the ring is empty for the next sleep. */
+ * readable, or @ns pass; returns which woke it (WOKE_*), or -errno. The
+ * polls are one-shot; those that did not fire are removed before return,
+ * so the ring is empty for the next sleep. */
 static int sleep_on(struct rig_nic *nic, int64_t ns)
 {
 	const int fds[3] = { nic->channel->fd, waiter.efd, nic->ctx->async_fd };
 	struct __kernel_timespec ts = { ns / 1000000000, ns % 1000000000 };
 	struct io_uring *ring = &waiter.ring;
 	struct io_uring_cqe *cqe;
-	int i, pending = 3, ret;
+	int i, ret, woke = 0, done = 0, removes = 0;
 
 	for (i = 0; i < 3; i++) {
 		struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
 
 		io_uring_prep_poll_add(sqe, fds[i], POLLIN);
-		io_uring_sqe_set_data64(sqe, i + 1);
+		io_uring_sqe_set_data64(sqe, 1u << i);
 	}
 	ret = io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, NULL);
 	if (ret < 0 && ret != -ETIME && ret != -EINTR)
 		return rig__fail(-ret, "rig_qp_wait: io_uring wait: %s", strerror(-ret));
-	for (i = 0; i < 3; i++) {
-		struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	for (;;) {
+		/* Poll CQEs carry their WOKE_ bit; removes carry 0. */
+		while (!io_uring_peek_cqe(ring, &cqe)) {
+			uint64_t bit = io_uring_cqe_get_data64(cqe);
 
-		io_uring_prep_poll_remove(sqe, i + 1);
-		io_uring_sqe_set_data64(sqe, 0);
-	}
-	io_uring_submit(ring);
-	/* Reap the three polls (fired or cancelled) and the three removes. */
-	for (i = 0; pending || i < 3;) {
-		ret = io_uring_wait_cqe(ring, &cqe);
-		if (ret)
+			if (bit) {
+				done |= bit;
+				if (cqe->res > 0)
+					woke |= bit;
+			} else {
+				removes--;
+			}
+			io_uring_cqe_seen(ring, cqe);
+		}
+		if (done == 7 && removes <= 0)
+			return woke;
+		if (!removes) {
+			for (i = 0; i < 3; i++) {
+				struct io_uring_sqe *sqe;
+
+				if (done & (1 << i))
+					continue;
+				sqe = io_uring_get_sqe(ring);
+				io_uring_prep_poll_remove(sqe, 1u << i);
+				io_uring_sqe_set_data64(sqe, 0);
+				removes++;
+			}
+		}
+		ret = io_uring_submit_and_wait(ring, 1);
+		if (ret < 0 && ret != -EINTR)
 			return rig__fail(-ret, "rig_qp_wait: io_uring reap: %s", strerror(-ret));
-		if (io_uring_cqe_get_data64(cqe))
-			pending--;
-		else
-			i++;
-		io_uring_cqe_seen(ring, cqe);
 	}
-	return 0;
 }
 
 RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
@@ -147,7 +166,7 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 	struct rig__qp *qp;
 	int64_t deadline, spin_end, left;
 	eventfd_t drained;
-	int ret;
+	int ret, woke;
 
 	if (!pub || !c || (unsigned)side > RIG_RECEIVE || us < 0)
 		return rig__fail(EINVAL, "rig_qp_wait: %s",
@@ -168,15 +187,16 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 	while (now_ns() < spin_end)
 		if ((ret = rig_qp_poll(pub, side, c)))
 			return ret;
+	if (now_ns() >= deadline)
+		return 0;
 
 	ret = waiter_init();
 	if (ret)
 		return ret;
 	set_sleeper(qp, side, waiter.efd);
 	for (;;) {
-		ret = rig_nic_events(qp->nic);
-		if (ret < 0)
-			break;
+		/* Arm, then poll: a completion that came before the arming is
+		 * found by the poll, one after it raises an event. */
 		ret = ibv_req_notify_cq(ring->cq, 0);
 		if (ret) {
 			ret = rig__fail_verbs(ret, qp->nic, "ibv_req_notify_cq");
@@ -186,13 +206,24 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 		left = deadline - now_ns();
 		if (ret || left <= 0)
 			break;
-		ret = sleep_on(qp->nic, left);
-		if (ret)
+		woke = ret = sleep_on(qp->nic, left);
+		if (ret < 0)
 			break;
-		pthread_mutex_lock(&qp->nic->lock);
-		rig__nic_take_completion_events(qp->nic);
-		pthread_mutex_unlock(&qp->nic->lock);
-		eventfd_read(waiter.efd, &drained);
+		/* An async event fails queue pairs; poll then reports it. */
+		if ((woke & WOKE_ASYNC) && (ret = rig_nic_events(qp->nic)) < 0)
+			break;
+		if (woke & WOKE_CHANNEL) {
+			pthread_mutex_lock(&qp->nic->lock);
+			rig__nic_take_completion_events(qp->nic);
+			pthread_mutex_unlock(&qp->nic->lock);
+		}
+		if (woke & WOKE_EFD)
+			eventfd_read(waiter.efd, &drained);
+		/* Poll before arming again: the completion is most likely
+		 * there, and then the CQ stays unarmed. */
+		ret = rig_qp_poll(pub, side, c);
+		if (ret || deadline - now_ns() <= 0)
+			break;
 	}
 	set_sleeper(qp, side, -1);
 	return ret;
