@@ -239,7 +239,7 @@ static void be_qp_destroy(struct be_qp *q)
 		ibv_dereg_mr(q->mr);
 }
 
-static inline int be_post_recv(struct be_qp *q, size_t at, size_t n)
+static inline __attribute__((always_inline)) int be_post_recv(struct be_qp *q, size_t at, size_t n)
 {
 	struct ibv_sge sge = { (uintptr_t)(q->buf + at), (uint32_t)n,
 			       q->mr->lkey };
@@ -250,7 +250,7 @@ static inline int be_post_recv(struct be_qp *q, size_t at, size_t n)
 	return ret ? raw_fail(ret, "ibv_post_recv") : 0;
 }
 
-static inline int be_post_send(struct be_qp *q, size_t at, size_t n)
+static inline __attribute__((always_inline)) int be_post_send(struct be_qp *q, size_t at, size_t n)
 {
 	struct ibv_sge sge = { (uintptr_t)(q->buf + at), (uint32_t)n,
 			       q->mr->lkey };
@@ -262,7 +262,7 @@ static inline int be_post_send(struct be_qp *q, size_t at, size_t n)
 	return ret ? raw_fail(ret, "ibv_post_send") : 0;
 }
 
-static inline int be_poll(struct be_qp *q, int side)
+static inline __attribute__((always_inline)) int be_poll(struct be_qp *q, int side)
 {
 	struct ibv_wc wc;
 	int n = ibv_poll_cq(q->cq[side], 1, &wc);

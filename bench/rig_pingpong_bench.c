@@ -91,12 +91,12 @@ static void be_qp_destroy(struct be_qp *q)
 		rig_region_deregister(q->region);
 }
 
-static inline int be_post_recv(struct be_qp *q, size_t at, size_t n)
+static inline __attribute__((always_inline)) int be_post_recv(struct be_qp *q, size_t at, size_t n)
 {
 	return rig_qp_receive(q->qp, q->region, at, n);
 }
 
-static inline int be_post_send(struct be_qp *q, size_t at, size_t n)
+static inline __attribute__((always_inline)) int be_post_send(struct be_qp *q, size_t at, size_t n)
 {
 	return rig_qp_send(q->qp, q->region, at, n);
 }
@@ -108,7 +108,7 @@ static int rig_bench_failed(const struct rig_completion *c)
 	return c->error;
 }
 
-static inline int be_poll(struct be_qp *q, int side)
+static inline __attribute__((always_inline)) int be_poll(struct be_qp *q, int side)
 {
 	struct rig_completion c;
 	int ret = rig_qp_poll(q->qp, (enum rig_side)side, &c);
