@@ -410,11 +410,20 @@ Test(fail, M3_rnr_send_250ms_before_receive_succeeds, .init = pair_setup,
 	static const struct t_want ok[] = { OK(1000) };
 	const char *why = NULL;
 
+	double t0, ms;
+
 	memset(bbuf.mem, 0, 1000);
 	t_send(a, &abuf, 0, 1000);
 	t_expect_nothing(a, RIG_SEND, 250);
+	t0 = t_now_ms();
 	t_receive(b, &bbuf, 0, 4096);
 	t_take_seq(b, RIG_RECEIVE, ok, 1, &why, "B's receive ring");
+	/* The min RNR timer sets how soon the waiting send tries again:
+	 * rig's 12 is 0.64 ms (Soft-RoCE rounds it to its 8 ms period);
+	 * 0 would be 655 ms. */
+	ms = t_now_ms() - t0;
+	cr_log_info("the send landed %.1f ms after its receive was posted", ms);
+	cr_assert_lt(ms, 100.0, "the send landed %.1f ms after its receive", ms);
 	t_take_seq(a, RIG_SEND, ok, 1, &why, "A's send ring");
 	cr_assert_arr_eq(bbuf.mem, abuf.mem, 1000, "the message is not intact");
 }
