@@ -5,6 +5,8 @@
  */
 #include <criterion/criterion.h>
 #include <liburing.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,6 +149,55 @@ Test(loop, small_batches_lose_nothing)
 	cr_assert_eq(run_loop(&ring, nic, qps, NQP, per, 2 * NQP, 30000, &ticks), 2 * NQP);
 	for (i = 0; i < NQP; i++)
 		cr_assert(per[i].send == 1 && per[i].receive == 1, "queue pair %d", i);
+	io_uring_queue_exit(&ring);
+	cr_assert_eq(rig_nic_close(nic), 0);
+}
+
+/* The same without io_uring: rig_nic_fd() in an epoll loop, and
+ * rig_nic_handle() for its readiness. */
+Test(loop, nic_fd_in_epoll)
+{
+	enum { NQP = 8 };
+	struct rig_nic *nic = t_nic_open(t_dev());
+	struct rig_qp *qps[NQP];
+	struct rig_ready ready[4];
+	struct rig_completion c;
+	struct epoll_event ev = { .events = EPOLLIN }, out;
+	struct io_uring ring;
+	struct t_buf buf;
+	int i, k, n, ep, taken = 0;
+	double end;
+
+	t_buf(&buf, nic, NQP * 64, 1);
+	for (i = 0; i < NQP; i++)
+		qps[i] = t_qp(nic);
+	for (i = 0; i < NQP; i += 2)
+		t_connect(qps[i], qps[i + 1]);
+	/* Watching arms the rings; the poll it queues is never submitted. */
+	cr_assert_eq(io_uring_queue_init(4, &ring, 0), 0);
+	cr_assert_eq(rig_uring_watch(&ring, nic, TAG_RIG), 0);
+	ep = epoll_create1(0);
+	cr_assert_eq(epoll_ctl(ep, EPOLL_CTL_ADD, rig_nic_fd(nic), &ev), 0);
+	cr_assert_eq(rig_nic_handle(nic, ready, 0), -EINVAL);
+	for (i = 0; i < NQP; i++)
+		cr_assert_eq(rig_qp_receive(qps[i], buf.r, i * 64, 64), 0);
+	for (i = 0; i < NQP; i++)
+		cr_assert_eq(rig_qp_send(qps[i], buf.r, (i ^ 1) * 64, 16), 0);
+	for (end = t_now_ms() + 10000; taken < 2 * NQP;) {
+		cr_assert_lt(t_now_ms(), end, "%d of %d completions", taken, 2 * NQP);
+		if (epoll_wait(ep, &out, 1, 100) != 1)
+			continue;
+		/* Four at a time: the rest wait for the next call. */
+		while ((n = rig_nic_handle(nic, ready, 4)) > 0)
+			for (k = 0; k < n; k++)
+				while (rig_qp_poll(ready[k].qp, ready[k].side, &c) == 1) {
+					cr_assert_eq(c.error, 0, "%s", c.why);
+					taken++;
+				}
+		cr_assert_geq(n, 0, "%s", rig_errmsg());
+	}
+	cr_assert_eq(taken, 2 * NQP);
+	close(ep);
 	io_uring_queue_exit(&ring);
 	cr_assert_eq(rig_nic_close(nic), 0);
 }
