@@ -81,6 +81,18 @@ void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 	__atomic_or_fetch(&qp->pub.broken, RIG__FAILED, __ATOMIC_RELAXED);
 }
 
+RIG_EXPORT int rig_qp_failure(const struct rig_qp *pub, int *wc_status)
+{
+	const struct rig__qp *qp;
+
+	if (!pub)
+		return rig__fail(EINVAL, "rig_qp_failure: NULL queue pair");
+	qp = container_of(pub, const struct rig__qp, pub);
+	if (wc_status)
+		*wc_status = failed(qp) ? qp->wc_status : -1;
+	return qp->error;
+}
+
 /* Files one CQE of @side into the slot of the entry it completes. */
 static void reap_one(struct rig__qp *qp, enum rig_side side,
 		     const struct ibv_wc *wc)

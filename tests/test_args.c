@@ -34,3 +34,8 @@ Test(args, C1_errmsg_default)
 {
 	cr_assert_str_eq(rig_errmsg(), "no error");
 }
+
+Test(args, C2_failure_of_null)
+{
+	cr_assert_eq(rig_qp_failure(NULL, NULL), -EINVAL);
+}

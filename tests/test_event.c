@@ -143,6 +143,7 @@ static const char *qp_event_word;
 static void qp_event_child(void)
 {
 	struct rig_completion c;
+	int status;
 
 	child_pair();
 	post_due();
@@ -153,6 +154,8 @@ static void qp_event_child(void)
 	 * order, taken receive ring first. */
 	expect_failed(a, RIG_RECEIVE, 3, qp_event_error, qp_event_word);
 	expect_failed(a, RIG_SEND, 2, qp_event_error, qp_event_word);
+	CHECK(rig_qp_failure(a, &status) == qp_event_error && status == -1,
+	      "rig_qp_failure: status %d", status);
 	/* F5: later posts are accepted and fail the same way. */
 	CHECK(rig_qp_receive(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
 	CHECK(rig_qp_send(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());

@@ -234,7 +234,7 @@ Test(fail, P4_F3_F5_F6_too_long_send_fails_both, .init = pair_setup,
 	static const struct t_want a_late[] = { FAIL(EREMOTEIO), FAIL(EREMOTEIO) };
 	static const struct t_want b_late[] = { FAIL(EIO), FAIL(EIO) };
 	const char *a_why = NULL, *b_why = NULL;
-	int i;
+	int i, status;
 
 	memset(bbuf.mem + AT_RECV, 0, BUF - AT_RECV);
 	for (i = 0; i < 4; i++)
@@ -260,6 +260,11 @@ Test(fail, P4_F3_F5_F6_too_long_send_fails_both, .init = pair_setup,
 	cr_assert_str_neq(b_why, "", "B's why is empty");
 	t_expect_room(a, RIG_RING_ENTRIES, RIG_RING_ENTRIES);
 	t_expect_room(b, RIG_RING_ENTRIES, RIG_RING_ENTRIES);
+	/* The verbs status behind each side's failure stays reachable. */
+	cr_assert_eq(rig_qp_failure(a, &status), -EREMOTEIO);
+	cr_assert_eq(status, IBV_WC_REM_OP_ERR);
+	cr_assert_eq(rig_qp_failure(b, &status), -EIO);
+	cr_assert_eq(status, IBV_WC_LOC_QP_OP_ERR);
 
 	/* F5: a failed queue pair stays failed and takes posts. */
 	for (i = 0; i < 2; i++) {

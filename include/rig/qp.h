@@ -110,6 +110,17 @@ int rig_qp_connect(struct rig_qp *qp, const struct rig_endpoint *peer);
  */
 int rig_qp_destroy(struct rig_qp *qp);
 
+/**
+ * rig_qp_failure - the failure @qp keeps, once poll or wait has seen it
+ * @wc_status: if not NULL, set to the verbs completion status behind it
+ *             (enum ibv_wc_status), or -1 when it came from elsewhere (an
+ *             async event, a completion of an unknown kind, the device)
+ *
+ * Returns the failure's error (what its completions carry), or 0 while
+ * @qp has not failed.
+ */
+int rig_qp_failure(const struct rig_qp *qp, int *wc_status);
+
 /* One entry of a batch post. */
 struct rig_post {
 	const struct rig_region *region;
