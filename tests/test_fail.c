@@ -407,7 +407,7 @@ Test(fail, F6_quiet_receive_ring_gets_the_failure, .init = pair_setup,
  * M3, RNR. A's send goes out 250 ms before B posts the receive it needs;
  * the send waits (its ring polls empty the whole time) and then succeeds,
  * its bytes intact. 250 ms, not more: Soft-RoCE counts an RNR wait against
- * the transport retries and so caps it at ~475 ms (SPEC M3, FINDINGS 2).
+ * the transport retries and so caps it at ~475 ms (SPEC M3).
  */
 Test(fail, M3_rnr_send_250ms_before_receive_succeeds, .init = pair_setup,
      .fini = pair_teardown, .timeout = 60)
@@ -439,7 +439,7 @@ Test(fail, M3_rnr_send_250ms_before_receive_succeeds, .init = pair_setup,
  * Soft-RoCE) x 67 ms = ~470 ms (measured 473-477 ms), 8 x 67 = ~540 ms on
  * IBTA devices. The window [400, 3000] ms allows a first retry interval cut
  * short by a timer an earlier send armed and the guest's 4 ms jiffies
- * (FINDINGS 1: at least 6 x 67 ms), and a slow emulated guest; it still
+ * (measured: at least 6 x 67 ms), and a slow emulated guest; it still
  * tells "after the retries" from "at once" (a local error) and from
  * "never" (retry count 7 on Soft-RoCE).
  */

@@ -486,7 +486,7 @@ Test(remote, M4_P3_read_from_other_host_is_EINVAL_posts_nothing)
 /* ---- 3. M4: a remote peer gets no access ------------------------------- */
 
 /* The raw peer's RDMA @op of @n bytes against @at of @region is refused
- * with REM_INV_REQ_ERR (FINDINGS question 5); the region is unchanged
+ * with REM_INV_REQ_ERR, as Soft-RoCE refuses it; the region is unchanged
  * (@region_before), and so is the raw buffer: a read brought nothing. */
 static void raw_access_refused(enum ibv_wr_opcode op, struct t_buf *region,
 			       const uint8_t *region_before, size_t at, size_t n)
@@ -589,7 +589,7 @@ Test(raw_peer, M4_F3_F5_rig_side_of_refused_remote_access_fails_ECANCELED)
 /*
  * M3: with every packet from rxe0 lost, a send fails with -ETIMEDOUT once
  * its retries end. Soft-RoCE gets retry count 6 (its 7 is "forever"):
- * 7 tries of 67 ms, measured at 473-477 ms (FINDINGS question 1). The
+ * 7 tries of 67 ms, measured at 473-477 ms on Soft-RoCE. The
  * window [400, 3000] ms allows, below, a first interval cut short by a
  * retransmit timer still pending (we wait 150 ms after the warm-up send
  * so that it is not) and jiffy rounding, and above, slow TCG scheduling;
