@@ -124,6 +124,43 @@ void t_buf(struct t_buf *b, struct rig_nic *nic, size_t len, unsigned seed)
 	cr_assert_eq(ret, 0, "rig_region_register: %d %s", ret, rig_errmsg());
 }
 
+void t_raw_connect(struct ibv_qp *qp, int sgid_index, enum ibv_mtu mtu,
+		   uint32_t psn, uint32_t peer_qpn, uint32_t peer_psn,
+		   const uint8_t peer_gid[16])
+{
+	struct ibv_qp_attr a = { 0 };
+
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	cr_assert_eq(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+				   IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = mtu;
+	a.dest_qp_num = peer_qpn;
+	a.rq_psn = peer_psn;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	memcpy(a.ah_attr.grh.dgid.raw, peer_gid, 16);
+	a.ah_attr.grh.sgid_index = sgid_index;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	cr_assert_eq(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV |
+				   IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), 0);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 6;
+	a.rnr_retry = 7;
+	a.sq_psn = psn;
+	a.max_rd_atomic = 1;
+	cr_assert_eq(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
+				   IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				   IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC), 0);
+}
+
 double t_now_ms(void)
 {
 	struct timespec ts;

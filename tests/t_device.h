@@ -29,6 +29,13 @@ void t_buf(struct t_buf *b, struct rig_nic *nic, size_t len, unsigned seed);
  * the bound. Returns the completion. */
 struct rig_completion t_take(struct rig_qp *qp, enum rig_side side, int ms);
 
+/* Takes a raw-verbs RC queue pair RESET->INIT->RTR->RTS towards a peer,
+ * as any verbs program would: it may read, write and send, and grants
+ * nothing itself. Retry count 6: Soft-RoCE's 7 means forever. */
+void t_raw_connect(struct ibv_qp *qp, int sgid_index, enum ibv_mtu mtu,
+		   uint32_t psn, uint32_t peer_qpn, uint32_t peer_psn,
+		   const uint8_t peer_gid[16]);
+
 /* Monotonic milliseconds. */
 double t_now_ms(void);
 

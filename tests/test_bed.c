@@ -62,37 +62,8 @@ static void side_init(struct side *s, const char *dev, const char *gid_index)
 
 static void side_connect(struct side *s, const struct side *peer)
 {
-	struct ibv_qp_attr a = { 0 };
-
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	cr_assert_eq(ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-				   IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer->qp->qp_num;
-	a.rq_psn = 7;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = peer->gid;
-	a.ah_attr.grh.sgid_index = s->gid_index;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	cr_assert_eq(ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_AV |
-				   IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 6;
-	a.rnr_retry = 7;
-	a.sq_psn = 7;
-	a.max_rd_atomic = 1;
-	cr_assert_eq(ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-				   IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				   IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC), 0);
+	t_raw_connect(s->qp, s->gid_index, IBV_MTU_1024, 7, peer->qp->qp_num, 7,
+		      peer->gid.raw);
 }
 
 static struct ibv_wc wait_wc(struct side *s)

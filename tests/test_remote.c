@@ -290,41 +290,11 @@ static void raw_endpoint(const struct raw *r, struct rig_endpoint *e)
 	memcpy(e->gid, r->gid.raw, 16);
 }
 
-/* Connects the raw queue pair to @peer, as any verbs program would: it
- * may read, write and send; it grants nothing itself. */
+/* Connects the raw queue pair to @peer. */
 static void raw_connect(struct raw *r, const struct rig_endpoint *peer)
 {
-	struct ibv_qp_attr a = { 0 };
-
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	cr_assert_eq(ibv_modify_qp(r->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-				   IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = r->mtu;
-	a.dest_qp_num = peer->qp;
-	a.rq_psn = peer->psn;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
-	a.ah_attr.grh.sgid_index = r->gid_index;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	cr_assert_eq(ibv_modify_qp(r->qp, &a, IBV_QP_STATE | IBV_QP_AV |
-				   IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 6;	/* 7 is "forever" on rxe */
-	a.rnr_retry = 7;
-	a.sq_psn = RAW_PSN;
-	a.max_rd_atomic = 1;
-	cr_assert_eq(ibv_modify_qp(r->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-				   IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				   IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC), 0);
+	t_raw_connect(r->qp, r->gid_index, r->mtu, RAW_PSN, peer->qp, peer->psn,
+		      peer->gid);
 }
 
 /* A fresh rig queue pair on rxe0 and a fresh raw one on rxe1, connected. */
