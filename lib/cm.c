@@ -7,7 +7,6 @@
  * until it is destroyed.
  */
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,19 +88,22 @@ static int expect_event(struct rdma_event_channel *ch, int64_t deadline,
 	return ret;
 }
 
-static struct rdma_event_channel *make_channel(void)
+/* A non-blocking event channel: waits go through poll with a bound. */
+static int make_channel(struct rdma_event_channel **out)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
-	int flags;
+	int ret;
 
-	if (!ch) {
-		rig__fail(errno ? errno : ENODEV, "rdma_create_event_channel: %s",
-			  strerror(errno ? errno : ENODEV));
-		return NULL;
+	if (!ch)
+		return rig__fail(errno ? errno : ENODEV, "rdma_create_event_channel: %s",
+				 strerror(errno ? errno : ENODEV));
+	ret = rig__set_nonblock(ch->fd, "the rdma_cm event channel");
+	if (ret) {
+		rdma_destroy_event_channel(ch);
+		return ret;
 	}
-	flags = fcntl(ch->fd, F_GETFL);
-	fcntl(ch->fd, F_SETFL, flags | O_NONBLOCK);
-	return ch;
+	*out = ch;
+	return 0;
 }
 
 static int to_sockaddr(const char *addr, uint16_t port, struct sockaddr_storage *ss)
@@ -186,9 +188,9 @@ RIG_EXPORT __cold int rig_dial(struct rig_nic *nic, const char *addr, uint16_t p
 	ret = to_sockaddr(addr, port, &ss);
 	if (ret)
 		return ret;
-	ch = make_channel();
-	if (!ch)
-		return -errno;
+	ret = make_channel(&ch);
+	if (ret)
+		return ret;
 	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) {
 		ret = rig__fail(errno, "rdma_create_id: %s", strerror(errno));
 		goto out_channel;
@@ -268,11 +270,9 @@ RIG_EXPORT __cold int rig_listen(struct rig_nic *nic, const char *addr, uint16_t
 	if (!l)
 		return rig__fail(ENOMEM, "rig_listen: out of memory");
 	l->nic = nic;
-	l->ch = make_channel();
-	if (!l->ch) {
-		ret = -errno;
+	ret = make_channel(&l->ch);
+	if (ret)
 		goto out_free;
-	}
 	if (rdma_create_id(l->ch, &l->id, NULL, RDMA_PS_TCP)) {
 		ret = rig__fail(errno, "rdma_create_id: %s", strerror(errno));
 		goto out_channel;
@@ -340,11 +340,9 @@ RIG_EXPORT __cold int rig_accept(struct rig_listener *l, int64_t us, struct rig_
 		rdma_destroy_id(id);
 		return rig__fail(-keep, "rig_accept: request rejected: %s", rig_errmsg());
 	}
-	ch = make_channel();
-	if (!ch) {
-		ret = -errno;
+	ret = make_channel(&ch);
+	if (ret)
 		goto out_reject;
-	}
 	if (rdma_migrate_id(id, ch)) {
 		ret = rig__fail(errno, "rdma_migrate_id: %s", strerror(errno));
 		goto out_reject;

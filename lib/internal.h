@@ -125,6 +125,9 @@ static inline struct rig__qp *rig__qp(struct rig_qp *qp)
 	return container_of(qp, struct rig__qp, pub);
 }
 
+/* nic.c: makes @fd non-blocking; 0 or -errno, with @what in the message. */
+int rig__set_nonblock(int fd, const char *what);
+
 /* qp.c: destroys and frees a queue pair the NIC still lists. */
 int rig__qp_free(struct rig__qp *qp);
 

@@ -69,7 +69,7 @@ static void read_mac(uint32_t ifindex, uint8_t mac[6])
 	close(fd);
 }
 
-static int set_nonblock(int fd, const char *what)
+int rig__set_nonblock(int fd, const char *what)
 {
 	int flags = fcntl(fd, F_GETFL);
 
@@ -146,7 +146,7 @@ static int nic_init(struct rig_nic *nic, struct ibv_device *dev)
 	nic->max_rd_atomic = attr.max_qp_init_rd_atom < 16 ? attr.max_qp_init_rd_atom : 16;
 
 	/* rig_nic_events must never block. */
-	ret = set_nonblock(nic->ctx->async_fd, "async_fd");
+	ret = rig__set_nonblock(nic->ctx->async_fd, "async_fd");
 	if (ret)
 		goto out_close;
 	nic->pd = ibv_alloc_pd(nic->ctx);
@@ -161,7 +161,7 @@ static int nic_init(struct rig_nic *nic, struct ibv_device *dev)
 		ret = rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_create_comp_channel");
 		goto out_dealloc_pd;
 	}
-	ret = set_nonblock(nic->channel->fd, "the completion channel");
+	ret = rig__set_nonblock(nic->channel->fd, "the completion channel");
 	if (ret)
 		goto out_destroy_channel;
 	ret = make_epoll(nic);
