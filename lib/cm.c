@@ -18,6 +18,10 @@
 /* Address and route resolution, each bounded by the caller's deadline
  * too; rdma_cm wants a timeout of its own. */
 #define RIG_CM_RESOLVE_MS 2000
+/* Once a request is taken, the handshake gets this long whatever the
+ * caller's bound: rig_accept(l, 0) after the listener's fd fired must not
+ * give up on a connection it has already accepted. */
+#define RIG_CM_HANDSHAKE_US 5000000
 
 struct rig_listener {
 	struct rig_nic *nic;
@@ -360,7 +364,8 @@ RIG_EXPORT __cold int rig_accept(struct rig_listener *l, int64_t us, struct rig_
 		ret = rig__fail(errno, "rdma_accept: %s", strerror(errno));
 		goto out_qp;
 	}
-	ret = expect_event(ch, deadline, RDMA_CM_EVENT_ESTABLISHED, &ev, "accepting");
+	ret = expect_event(ch, deadline_after(RIG_CM_HANDSHAKE_US),
+			   RDMA_CM_EVENT_ESTABLISHED, &ev, "accepting");
 	if (ret)
 		goto out_qp;
 	rdma_ack_cm_event(ev);

@@ -41,11 +41,15 @@ int rig_listener_fd(const struct rig_listener *l);
 
 /**
  * rig_accept - accept the next connection, waiting at most @us
- * microseconds; sets *out to a connected queue pair
+ * microseconds for a request; sets *out to a connected queue pair
  *
- * Returns 0; -ETIMEDOUT at the bound; -EPROTO when the peer's private data
- * is not a rig endpoint (the request is rejected, the listener goes on);
- * or another -errno.
+ * Once it has a request, the handshake takes what it takes (bounded at
+ * 5 s), so rig_accept(l, 0, &qp) after rig_listener_fd() fired accepts
+ * without waiting for another request.
+ *
+ * Returns 0; -ETIMEDOUT when no request came in time; -EPROTO when the
+ * peer's private data is not a rig endpoint (the request is rejected, the
+ * listener goes on); or another -errno.
  */
 int rig_accept(struct rig_listener *l, int64_t us, struct rig_qp **out);
 
