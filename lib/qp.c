@@ -86,7 +86,6 @@ RIG_EXPORT __cold int rig_qp_make(struct rig_nic *nic, struct rig_qp **out)
 	qp->pub.broken = RIG__UNCONNECTED;
 	qp->pub.msg_max = nic->msg_max;
 	qp->state = RIG__RESET;
-	qp->wc_status = -1;
 	qp->sleeper[RIG_SEND] = qp->sleeper[RIG_RECEIVE] = -1;
 	qp->self.qp = qp->pub.ibqp->qp_num;
 	qp->self.psn = random_psn();
@@ -167,7 +166,6 @@ RIG_EXPORT __cold int rig_qp_connect(struct rig_qp *pub,
 		ret = modify(qp, &a, IBV_QP_STATE, "->RESET");
 		if (ret)
 			return ret;
-		qp->state = RIG__RESET;
 	}
 	qp->state = RIG__HALF_CONNECTED;
 

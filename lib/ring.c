@@ -190,11 +190,11 @@ RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
 	if (!failed(qp) && qp->flushed) {
 		reap(qp, side);
 		reap(qp, !side);
+		if (!failed(qp))
+			rig__qp_failed(qp, RIG__CAUSE_FLUSH, ECANCELED,
+				       wc_error(IBV_WC_WR_FLUSH_ERR).why,
+				       IBV_WC_WR_FLUSH_ERR);
 	}
-	if (!failed(qp) && qp->flushed)
-		rig__qp_failed(qp, RIG__CAUSE_FLUSH, ECANCELED,
-			       wc_error(IBV_WC_WR_FLUSH_ERR).why,
-			       IBV_WC_WR_FLUSH_ERR);
 	if (qp->cause >= RIG__CAUSE_KIND && qp->distrust != 3) {
 		/* What the NIC completed before it was distrusted still counts. */
 		reap(qp, RIG_SEND);
