@@ -72,7 +72,13 @@ static int failed(const struct rig__qp *qp)
 void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 		    const char *why, int wc_status)
 {
-	if (failed(qp))
+	/* The first failure wins, except that a bare flush is only a
+	 * failure whose reason has not been seen yet: bnxt_re writes its
+	 * flushes inside ibv_get_async_event, before rig learns the event
+	 * that explains them, and a reason CQE may land after the flush
+	 * was taken. The real reason replaces it (F3). */
+	if (failed(qp) && (qp->cause != RIG__CAUSE_FLUSH ||
+			   cause == RIG__CAUSE_FLUSH))
 		return;
 	qp->cause = cause;
 	qp->error = -error;
@@ -147,7 +153,7 @@ static void take_event(struct rig__qp *qp)
 {
 	uint32_t broken = __atomic_load_n(&qp->pub.broken, __ATOMIC_ACQUIRE);
 
-	if (!(broken & RIG__EVENT) || failed(qp))
+	if (!(broken & RIG__EVENT))
 		return;
 	rig__qp_failed(qp, qp->event_error == ENODEV ? RIG__CAUSE_DEVICE
 						      : RIG__CAUSE_EVENT,
@@ -277,6 +283,7 @@ RIG_EXPORT __cold int rig__qp_post_slow(struct rig_qp *pub, enum rig__op op,
 		/* F5: accepted, completed by poll with the failure's error;
 		 * nothing reaches the NIC. */
 		ring->slot[ring->head & RIG__MASK].len = (uint32_t)n;
+		ring->slot[ring->head & RIG__MASK].cookie = 0;
 		ring->head++;
 		return 0;
 	}
@@ -292,11 +299,41 @@ RIG_EXPORT __cold int rig__qp_post_slow(struct rig_qp *pub, enum rig__op op,
 	}
 }
 
-RIG_EXPORT __cold int rig__qp_post_refused(struct rig_qp *pub, enum rig__op op,
-					   int ret)
+static const char *const doorbell_failed =
+	"the NIC queued the request but refused its doorbell";
+
+/*
+ * A chain of @count requests the provider answered with @ret and @bad.
+ * Providers point @bad at the first request they refused; those before
+ * it are queued. Soft-RoCE queues the whole chain, then rings its
+ * doorbell with a write() that can fail: it returns the error with @bad
+ * still NULL (as rig initialises it). Then every request is in the NIC's
+ * queue, may or may not run, and may never complete: the entries count
+ * as posted, the queue pair fails, and the library completes them (F6).
+ * Returns how many the NIC took.
+ */
+static int chain_taken(struct rig__qp *qp, const void *first, size_t size,
+		       int count, const void *bad, int ret)
 {
-	return rig__fail_verbs(ret, rig__qp(pub)->nic,
-			       op == RIG__OP_RECEIVE ? "ibv_post_recv" : "ibv_post_send");
+	uintptr_t at = (uintptr_t)bad - (uintptr_t)first;
+
+	if (bad && (uintptr_t)bad >= (uintptr_t)first && at < count * size)
+		return (int)(at / size);
+	rig__qp_failed(qp, RIG__CAUSE_DEVICE, ret, doorbell_failed, -1);
+	return count;
+}
+
+RIG_EXPORT __cold int rig__qp_post_refused(struct rig_qp *pub, enum rig__op op,
+					   const void *wr, const void *bad, int ret)
+{
+	enum rig_side side = op == RIG__OP_RECEIVE ? RIG_RECEIVE : RIG_SEND;
+
+	if (!chain_taken(rig__qp(pub), wr, 1, 1, bad, ret))
+		return rig__fail_verbs(ret, rig__qp(pub)->nic,
+				       side == RIG_RECEIVE ? "ibv_post_recv" : "ibv_post_send");
+	/* Accepted: its completion carries the failure (F5). */
+	pub->ring[side].head++;
+	return 0;
 }
 
 /* Checks a whole batch before any of it is posted. */
@@ -358,17 +395,19 @@ static int batch_prepare(struct rig_qp *pub, enum rig_side side,
 	return 0;
 }
 
-/* After ibv_post_*: the NIC took @taken entries of the chain, all of it
- * unless it refused one (@ret). */
-static int batch_posted(struct rig_qp *pub, enum rig_side side, int taken,
-			int ret)
+/* After ibv_post_*: the NIC took the chain @wr of @count requests of
+ * @size bytes, or the part of it before @bad when it refused (@ret). */
+static int batch_posted(struct rig_qp *pub, enum rig_side side, const void *wr,
+			size_t size, int count, const void *bad, int ret)
 {
+	int taken = ret ? chain_taken(rig__qp(pub), wr, size, count, bad, ret)
+			: count;
+
 	pub->ring[side].head += taken;
-	if (!ret)
+	if (taken)
 		return taken;
-	ret = rig__fail_verbs(ret, rig__qp(pub)->nic,
-			      side == RIG_SEND ? "ibv_post_send" : "ibv_post_recv");
-	return taken ? taken : ret;
+	return rig__fail_verbs(ret, rig__qp(pub)->nic,
+			       side == RIG_SEND ? "ibv_post_send" : "ibv_post_recv");
 }
 
 RIG_EXPORT int rig_qp_send_batch(struct rig_qp *pub, const struct rig_post *posts,
@@ -390,7 +429,7 @@ RIG_EXPORT int rig_qp_send_batch(struct rig_qp *pub, const struct rig_post *post
 		wr[i].opcode = IBV_WR_SEND;
 	}
 	ret = ibv_post_send(pub->ibqp, wr, &bad);
-	return batch_posted(pub, RIG_SEND, ret ? (int)(bad - wr) : count, ret);
+	return batch_posted(pub, RIG_SEND, wr, sizeof(wr[0]), count, bad, ret);
 }
 
 RIG_EXPORT int rig_qp_receive_batch(struct rig_qp *pub, const struct rig_post *posts,
@@ -410,7 +449,7 @@ RIG_EXPORT int rig_qp_receive_batch(struct rig_qp *pub, const struct rig_post *p
 		wr[i].num_sge = 1;
 	}
 	ret = ibv_post_recv(pub->ibqp, wr, &bad);
-	return batch_posted(pub, RIG_RECEIVE, ret ? (int)(bad - wr) : count, ret);
+	return batch_posted(pub, RIG_RECEIVE, wr, sizeof(wr[0]), count, bad, ret);
 }
 
 RIG_EXPORT int rig_qp_poll_batch(struct rig_qp *pub, enum rig_side side,

@@ -69,7 +69,7 @@ struct rig_qp {
 	struct ibv_qp *ibqp;
 	const struct rig_nic *nic;
 	uint32_t broken;	/* 0: connected, healthy; else take the slow path */
-	uint32_t local;		/* the peer is on this NIC: reads allowed (M4) */
+	uint32_t local;		/* the peer is a QP of this NIC handle: reads (M4) */
 	uint32_t msg_max;	/* min(2^31, the device's max_msg_sz) (Q3) */
 	uint32_t pad;
 	struct rig__ring ring[2];	/* indexed by enum rig_side */
@@ -91,9 +91,10 @@ void rig_qp_endpoint(const struct rig_qp *qp, struct rig_endpoint *out);
  * rig_qp_connect - connect @qp to @peer and make it ready to send (SPEC M3-M5)
  *
  * RESET->INIT->RTR->RTS: local ACK timeout 14 (67 ms), 7 transport retries
- * (6 on Soft-RoCE, whose 7 means forever), infinite RNR retry. A peer on the
- * same NIC (@qp itself included) may read this process's regions through
- * @qp; a peer on another NIC gets no access at all.
+ * (6 on Soft-RoCE, whose 7 means forever), infinite RNR retry. A peer that
+ * is a queue pair of the same NIC handle (@qp itself included) may read
+ * this process's regions through @qp; any other peer, even one in another
+ * process on the same device and GID, gets no access at all.
  *
  * Returns 0; -EINVAL if @qp is connected or @peer's qp or psn is over 24
  * bits; or the -errno of the refused step. Called again after a refusal, it
@@ -158,14 +159,20 @@ int rig_qp_poll_batch(struct rig_qp *qp, enum rig_side side,
 		      struct rig_completion *c, uint64_t *cookies, int max);
 
 /*
- * Out-of-line halves of the inline functions. Not for applications: their
- * signatures may change with the inline code that calls them.
+ * Out-of-line halves of the inline functions. Not for applications, but
+ * ABI all the same: the inline code compiled into applications calls them
+ * by name and reads the marked block of struct rig_qp and struct
+ * rig_region. They live in a version node of their own (RIG_INLINE_0.1 in
+ * lib/librig.map). Changing a signature below, or the layout of a frozen
+ * block, means a new symbol in a new version node, or a new soname.
  */
 enum rig__op { RIG__OP_SEND, RIG__OP_READ, RIG__OP_RECEIVE };
 int rig__qp_post_slow(struct rig_qp *qp, enum rig__op op,
 		      const struct rig_region *src, size_t src_at,
 		      const struct rig_region *dst, size_t dst_at, size_t n);
-int rig__qp_post_refused(struct rig_qp *qp, enum rig__op op, int ret);
+/* @wr: the request posted; @bad: what the provider set, NULL before */
+int rig__qp_post_refused(struct rig_qp *qp, enum rig__op op, const void *wr,
+			 const void *bad, int ret);
 int rig__qp_poll_slow(struct rig_qp *qp, enum rig_side side,
 		      const struct ibv_wc *wc, int n, struct rig_completion *c);
 
@@ -231,7 +238,7 @@ RIG_INLINE int rig_qp_send(struct rig_qp *qp, const struct rig_region *r,
 			   size_t at, size_t n)
 {
 	struct rig__ring *q = &qp->ring[RIG_SEND];
-	struct ibv_send_wr *bad;
+	struct ibv_send_wr *bad = NULL;
 	int ret;
 
 	if (RIG__UNLIKELY(rig__qp_bad_span(qp, r, at, n) |
@@ -255,7 +262,7 @@ RIG_INLINE int rig_qp_send(struct rig_qp *qp, const struct rig_region *r,
 	q->slot[q->head & RIG__MASK].cookie = 0;
 	ret = ibv_post_send(qp->ibqp, &wr, &bad);
 	if (RIG__UNLIKELY(ret))
-		return rig__qp_post_refused(qp, RIG__OP_SEND, ret);
+		return rig__qp_post_refused(qp, RIG__OP_SEND, &wr, bad, ret);
 	q->head++;
 	return 0;
 }
@@ -272,7 +279,7 @@ RIG_INLINE int rig_qp_read(struct rig_qp *qp, const struct rig_region *src,
 			   size_t dst_at, size_t n)
 {
 	struct rig__ring *q = &qp->ring[RIG_SEND];
-	struct ibv_send_wr *bad;
+	struct ibv_send_wr *bad = NULL;
 	int ret;
 
 	if (RIG__UNLIKELY(rig__qp_bad_span(qp, src, src_at, n) |
@@ -299,7 +306,7 @@ RIG_INLINE int rig_qp_read(struct rig_qp *qp, const struct rig_region *src,
 	q->slot[q->head & RIG__MASK].cookie = 0;
 	ret = ibv_post_send(qp->ibqp, &wr, &bad);
 	if (RIG__UNLIKELY(ret))
-		return rig__qp_post_refused(qp, RIG__OP_READ, ret);
+		return rig__qp_post_refused(qp, RIG__OP_READ, &wr, bad, ret);
 	q->head++;
 	return 0;
 }
@@ -315,7 +322,7 @@ RIG_INLINE int rig_qp_receive(struct rig_qp *qp, const struct rig_region *r,
 			      size_t at, size_t n)
 {
 	struct rig__ring *q = &qp->ring[RIG_RECEIVE];
-	struct ibv_recv_wr *bad;
+	struct ibv_recv_wr *bad = NULL;
 	int ret;
 
 	if (RIG__UNLIKELY(rig__qp_bad_span(qp, r, at, n) |
@@ -334,7 +341,7 @@ RIG_INLINE int rig_qp_receive(struct rig_qp *qp, const struct rig_region *r,
 	q->slot[q->head & RIG__MASK].cookie = 0;
 	ret = ibv_post_recv(qp->ibqp, &wr, &bad);
 	if (RIG__UNLIKELY(ret))
-		return rig__qp_post_refused(qp, RIG__OP_RECEIVE, ret);
+		return rig__qp_post_refused(qp, RIG__OP_RECEIVE, &wr, bad, ret);
 	q->head++;
 	return 0;
 }
