@@ -23,10 +23,12 @@
  * give up on a connection it has already accepted. */
 #define RIG_CM_HANDSHAKE_US 5000000
 
+/* Owned by its NIC: rig_nic_close closes the listeners still open. */
 struct rig_listener {
 	struct rig_nic *nic;
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
+	struct rig__list link;		/* in nic->listeners */
 };
 
 static int64_t deadline_after(int64_t us)
@@ -292,6 +294,9 @@ RIG_EXPORT __cold int rig_listen(struct rig_nic *nic, const char *addr, uint16_t
 		ret = rig__fail(errno, "rdma_listen(%s:%u): %s", addr, port, strerror(errno));
 		goto out_id;
 	}
+	pthread_mutex_lock(&nic->lock);
+	rig__list_add(&nic->listeners, &l->link);
+	pthread_mutex_unlock(&nic->lock);
 	*out = l;
 	return 0;
 
@@ -384,12 +389,23 @@ out_qp:
 	return ret;
 }
 
+void rig__listener_free(struct rig__list *link)
+{
+	struct rig_listener *l = container_of(link, struct rig_listener, link);
+	struct rig_nic *nic = l->nic;
+
+	pthread_mutex_lock(&nic->lock);
+	rig__list_del(&l->link);
+	pthread_mutex_unlock(&nic->lock);
+	rdma_destroy_id(l->id);
+	rdma_destroy_event_channel(l->ch);
+	free(l);
+}
+
 RIG_EXPORT __cold int rig_listener_close(struct rig_listener *l)
 {
 	if (!l)
 		return rig__fail(EINVAL, "rig_listener_close: NULL listener");
-	rdma_destroy_id(l->id);
-	rdma_destroy_event_channel(l->ch);
-	free(l);
+	rig__listener_free(&l->link);
 	return 0;
 }

@@ -22,6 +22,11 @@ int rig__fail(int err, const char *fmt, ...)
 	return -err;
 }
 
+void rig__clear_error(void)
+{
+	errmsg[0] = 0;
+}
+
 /* For a verbs call the NIC refused: "INIT->RTR refused by rxe0: Invalid
  * argument". */
 int rig__fail_verbs(int err, const struct rig_nic *nic, const char *step)

@@ -42,6 +42,7 @@ static void qp_event(struct rig_nic *nic, struct ibv_qp *ibqp, int error,
 		if (!ibqp || qp->pub.ibqp == ibqp)
 			post_event(qp, error, why);
 	}
+	rig__loop_signal(nic);
 	pthread_mutex_unlock(&nic->lock);
 }
 

@@ -46,6 +46,14 @@ static inline void rig__list_del(struct rig__list *e)
 	rig__list_init(e);
 }
 
+/* The arena of region handles (region.c): reserved address space, the
+ * part made writable, and the handles given out, never reused. */
+struct rig__handles {
+	uint8_t *base;
+	size_t writable;
+	size_t used;
+};
+
 struct rig_nic {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
@@ -62,11 +70,16 @@ struct rig_nic {
 	/* The loop integration (loop.c), under the lock: whether every ring
 	 * is armed and reported, and the rings ready but not yet handed out. */
 	bool watched;
-	struct rig_ready *pending;
+	struct rig_ready *pending;	/* room for both rings of every QP */
 	unsigned npending, pending_cap;
+	unsigned nqps;
+	int ready_efd;			/* in epfd: readable while npending */
+	bool ready_signalled;
 	pthread_mutex_t lock;		/* the lists, sleepers, unacked events */
 	struct rig__list qps;
-	struct rig__list regions;
+	struct rig__list regions;	/* registered ones */
+	struct rig__handles handles;
+	struct rig__list listeners;
 };
 
 struct rig__region {
@@ -125,6 +138,10 @@ static inline struct rig__qp *rig__qp(struct rig_qp *qp)
 	return container_of(qp, struct rig__qp, pub);
 }
 
+/* region.c: gives back the handles of @nic's regions, once their MRs
+ * are deregistered. */
+void rig__regions_free(struct rig_nic *nic);
+
 /* nic.c: makes @fd non-blocking; 0 or -errno, with @what in the message. */
 int rig__set_nonblock(int fd, const char *what);
 
@@ -142,14 +159,23 @@ void rig__nic_take_completion_events(struct rig_nic *nic);
 void rig__qp_ack_events(struct rig__qp *qp);
 
 /* loop.c, under the NIC's lock: arms both rings of @qp when its NIC is
- * watched; lists a ring of @qp as ready; forgets @qp before it goes. */
+ * watched; makes the ready list room for @nqps queue pairs; lists a ring
+ * of @qp as ready; makes rig_nic_fd readable while rings are listed (call
+ * it after listing); forgets @qp before it goes. */
 void rig__loop_arm(struct rig__qp *qp);
+int rig__loop_reserve(struct rig_nic *nic, unsigned nqps);
 void rig__loop_ready(struct rig__qp *qp, enum rig_side side);
+void rig__loop_signal(struct rig_nic *nic);
 void rig__loop_forget(struct rig__qp *qp);
 
-/* cm.c: ends @qp's rdma_cm connection, if it has one. */
+/* cm.c: ends @qp's rdma_cm connection, if it has one; closes the
+ * listener whose link in its NIC's list is @link. */
 void rig__qp_cm_free(struct rig__qp *qp);
+void rig__listener_free(struct rig__list *link);
 
+/* errmsg.c: clear this thread's rig_errmsg(), after a call that
+ * succeeded on a later try. */
+void rig__clear_error(void);
 /* errmsg.c: set this thread's rig_errmsg() and return -err. */
 int rig__fail(int err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

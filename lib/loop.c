@@ -6,12 +6,13 @@
  * fd) carries every event of every queue pair, so the application queues
  * one multishot poll per NIC and an event costs the same with one queue
  * pair as with thousands: the CQ context names the queue pair directly.
- * Rings are armed before the application is told to poll them, which is
- * the arm-then-drain order that loses no wakeup.
+ * A ring is armed when it is handed to the application, before it polls
+ * it dry: the arm-then-drain order that loses no wakeup.
  */
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 
 #include <liburing.h>
 
@@ -32,23 +33,35 @@ void rig__loop_arm(struct rig__qp *qp)
 	arm(qp, RIG_RECEIVE);
 }
 
+int rig__loop_reserve(struct rig_nic *nic, unsigned nqps)
+{
+	struct rig_ready *p;
+	unsigned cap;
+
+	if (2 * nqps <= nic->pending_cap)
+		return 0;
+	cap = nic->pending_cap ? 2 * nic->pending_cap : 64;
+	p = realloc(nic->pending, cap * sizeof(*p));
+	if (!p)
+		return rig__fail(ENOMEM, "rig_qp_make: no memory for the ready list");
+	nic->pending = p;
+	nic->pending_cap = cap;
+	return 0;
+}
+
+/*
+ * A listed ring stays unarmed until it is handed out: each event uses up
+ * the arming, and arming a ring that is still listed would only raise
+ * events for a ring the application is told of anyway. Arming happens at
+ * hand-out, before the application polls it dry (arm, then poll).
+ */
 void rig__loop_ready(struct rig__qp *qp, enum rig_side side)
 {
 	struct rig_nic *nic = qp->nic;
-	struct rig_ready *p;
 
 	if (!nic->watched || (qp->pending & (1 << side)))
 		return;
-	arm(qp, side);
-	if (nic->npending == nic->pending_cap) {
-		unsigned cap = nic->pending_cap ? 2 * nic->pending_cap : 64;
-
-		p = realloc(nic->pending, cap * sizeof(*p));
-		if (!p)
-			return;	/* it stays armed: the next event lists it */
-		nic->pending = p;
-		nic->pending_cap = cap;
-	}
+	/* rig__loop_reserve made room for both rings of every queue pair */
 	nic->pending[nic->npending++] = (struct rig_ready){ &qp->pub, side };
 	qp->pending |= 1 << side;
 }
@@ -65,6 +78,28 @@ void rig__loop_forget(struct rig__qp *qp)
 			nic->pending[j++] = nic->pending[i];
 	nic->npending = j;
 	qp->pending = 0;
+}
+
+/*
+ * rig_nic_fd is readable while rings wait to be handed out, whoever
+ * listed them: another thread's rig_qp_wait, rig_qp_destroy or
+ * rig_nic_events may have read the channel or the async fd and used up
+ * the readiness that would have woken the loop. The NIC's ready eventfd,
+ * in the same epoll set, says so; it is written when the list fills and
+ * read when it empties, so a loop that hands out everything it is woken
+ * for pays no system call for it.
+ */
+void rig__loop_signal(struct rig_nic *nic)
+{
+	eventfd_t v;
+
+	if (nic->npending && !nic->ready_signalled) {
+		eventfd_write(nic->ready_efd, 1);
+		nic->ready_signalled = true;
+	} else if (!nic->npending && nic->ready_signalled) {
+		eventfd_read(nic->ready_efd, &v);
+		nic->ready_signalled = false;
+	}
 }
 
 RIG_EXPORT int rig_nic_fd(const struct rig_nic *nic)
@@ -125,9 +160,11 @@ RIG_EXPORT int rig_nic_handle(struct rig_nic *nic, struct rig_ready *ready, int 
 	for (i = 0; i < (int)n; i++) {
 		ready[i] = nic->pending[i];
 		rig__qp(ready[i].qp)->pending &= ~(1 << ready[i].side);
+		arm(rig__qp(ready[i].qp), ready[i].side);
 	}
 	nic->npending -= n;
 	memmove(nic->pending, nic->pending + n, nic->npending * sizeof(*nic->pending));
+	rig__loop_signal(nic);
 	pthread_mutex_unlock(&nic->lock);
 	return (int)n;
 }

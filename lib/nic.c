@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -79,22 +80,33 @@ int rig__set_nonblock(int fd, const char *what)
 	return 0;
 }
 
-/* rig_nic_fd: one fd that is readable when either of the NIC's is. */
+/* rig_nic_fd: one fd that is readable when the completion channel, the
+ * async fd or the ready list's eventfd (lib/loop.c) is. */
 static int make_epoll(struct rig_nic *nic)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
 	int ret;
 
+	nic->ready_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (nic->ready_efd < 0)
+		return rig__fail(errno, "eventfd: %s", strerror(errno));
 	nic->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (nic->epfd < 0)
-		return rig__fail(errno, "epoll_create1: %s", strerror(errno));
+	if (nic->epfd < 0) {
+		ret = rig__fail(errno, "epoll_create1: %s", strerror(errno));
+		goto out_efd;
+	}
 	if (epoll_ctl(nic->epfd, EPOLL_CTL_ADD, nic->channel->fd, &ev) ||
-	    epoll_ctl(nic->epfd, EPOLL_CTL_ADD, nic->ctx->async_fd, &ev)) {
-		ret = errno;
+	    epoll_ctl(nic->epfd, EPOLL_CTL_ADD, nic->ctx->async_fd, &ev) ||
+	    epoll_ctl(nic->epfd, EPOLL_CTL_ADD, nic->ready_efd, &ev)) {
+		ret = rig__fail(errno, "epoll_ctl: %s", strerror(errno));
 		close(nic->epfd);
-		return rig__fail(ret, "epoll_ctl: %s", strerror(ret));
+		goto out_efd;
 	}
 	return 0;
+
+out_efd:
+	close(nic->ready_efd);
+	return ret;
 }
 
 /* Takes the device if it has an active RoCE v2 port; 0 or -errno. */
@@ -207,6 +219,9 @@ RIG_EXPORT __cold int rig_nic_open(const char *name, struct rig_nic **out)
 	pthread_mutex_init(&nic->lock, NULL);
 	rig__list_init(&nic->qps);
 	rig__list_init(&nic->regions);
+	rig__list_init(&nic->listeners);
+	/* Devices rejected on the way leave no message behind. */
+	rig__clear_error();
 	*out = nic;
 	return 0;
 
@@ -221,6 +236,9 @@ RIG_EXPORT __cold int rig_nic_close(struct rig_nic *nic)
 
 	if (!nic)
 		return rig__fail(EINVAL, "rig_nic_close: nic is NULL");
+	/* Listeners first: they make queue pairs. */
+	while (nic->listeners.next != &nic->listeners)
+		rig__listener_free(nic->listeners.next);
 	while (nic->qps.next != &nic->qps) {
 		struct rig__qp *qp = container_of(nic->qps.next, struct rig__qp, link);
 
@@ -236,12 +254,13 @@ RIG_EXPORT __cold int rig_nic_close(struct rig_nic *nic)
 		struct rig__region *reg = container_of(nic->regions.next,
 						       struct rig__region, link);
 
-		if (reg->mr && (r = ibv_dereg_mr(reg->mr)) && !ret)
+		if ((r = ibv_dereg_mr(reg->mr)) && !ret)
 			ret = rig__fail_verbs(r, nic, "ibv_dereg_mr");
 		rig__list_del(&reg->link);
-		free(reg);
 	}
+	rig__regions_free(nic);
 	close(nic->epfd);
+	close(nic->ready_efd);
 	free(nic->pending);
 	r = ibv_destroy_comp_channel(nic->channel);
 	if (r && !ret)

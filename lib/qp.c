@@ -92,12 +92,20 @@ RIG_EXPORT __cold int rig_qp_make(struct rig_nic *nic, struct rig_qp **out)
 	memcpy(qp->self.gid, nic->gid.raw, 16);
 	memcpy(qp->self.mac, nic->mac, 6);
 	pthread_mutex_lock(&nic->lock);
-	rig__list_add(&nic->qps, &qp->link);
-	rig__loop_arm(qp);
+	ret = rig__loop_reserve(nic, nic->nqps + 1);
+	if (!ret) {
+		nic->nqps++;
+		rig__list_add(&nic->qps, &qp->link);
+		rig__loop_arm(qp);
+	}
 	pthread_mutex_unlock(&nic->lock);
+	if (ret)
+		goto out_qp;
 	*out = &qp->pub;
 	return 0;
 
+out_qp:
+	ibv_destroy_qp(qp->pub.ibqp);
 out_receive_ring:
 	ring_fini(&qp->pub.ring[RIG_RECEIVE]);
 out_send_ring:
@@ -112,20 +120,27 @@ RIG_EXPORT void rig_qp_endpoint(const struct rig_qp *qp, struct rig_endpoint *ou
 	*out = container_of(qp, const struct rig__qp, pub)->self;
 }
 
-/* A peer is local when its GID is one of this NIC's port's (SPEC M4). */
-static int peer_is_local(const struct rig_nic *nic, const uint8_t gid[16])
+/*
+ * SPEC M4: a queue pair serves its peer's reads only when the peer is one
+ * of this NIC handle's own queue pairs (itself included). A GID says which
+ * device the peer is on, not which process: another process on this host
+ * shares the device and the GID, and must never read our regions.
+ */
+static int peer_is_own(struct rig_nic *nic, const struct rig_endpoint *peer)
 {
-	struct ibv_port_attr pattr;
-	union ibv_gid g;
-	int i;
+	struct rig__list *l;
+	int own = 0;
 
-	if (ibv_query_port(nic->ctx, nic->port, &pattr))
+	if (memcmp(peer->gid, nic->gid.raw, 16))
 		return 0;
-	for (i = 0; i < pattr.gid_tbl_len; i++)
-		if (!ibv_query_gid(nic->ctx, nic->port, i, &g) &&
-		    !memcmp(g.raw, gid, 16))
-			return 1;
-	return 0;
+	pthread_mutex_lock(&nic->lock);
+	for (l = nic->qps.next; l != &nic->qps && !own; l = l->next) {
+		struct rig__qp *qp = container_of(l, struct rig__qp, link);
+
+		own = qp->self.qp == peer->qp && qp->state != RIG__DESTROYED;
+	}
+	pthread_mutex_unlock(&nic->lock);
+	return own;
 }
 
 static int modify(struct rig__qp *qp, struct ibv_qp_attr *attr, int mask,
@@ -157,7 +172,7 @@ RIG_EXPORT __cold int rig_qp_connect(struct rig_qp *pub,
 	ret = ibv_query_port(nic->ctx, nic->port, &pattr);
 	if (ret)
 		return rig__fail_verbs(ret, nic, "ibv_query_port");
-	local = peer_is_local(nic, peer->gid);
+	local = peer_is_own(nic, peer);
 
 	/* A connect refused part-way starts over from RESET (M5). */
 	if (qp->state == RIG__HALF_CONNECTED) {
@@ -232,16 +247,22 @@ int rig__qp_free(struct rig__qp *qp)
 		qp->state = RIG__DESTROYED;
 		return rig__fail_verbs(ret, nic, "ibv_destroy_qp");
 	}
-	/* No CQE, so no completion event, comes for the rings now. Events
-	 * read but not acked would make ibv_destroy_cq wait forever. */
+	/*
+	 * ibv_destroy_cq waits until every completion event read from the
+	 * channel for the CQ is acked. Everyone reads the channel under the
+	 * NIC's lock, so holding it from the last read to the destroy leaves
+	 * no event read and unacked; the kernel drops those still unread.
+	 */
 	pthread_mutex_lock(&nic->lock);
 	rig__nic_take_completion_events(nic);
 	rig__qp_ack_events(qp);
 	rig__loop_forget(qp);
+	rig__loop_signal(nic);
 	rig__list_del(&qp->link);
-	pthread_mutex_unlock(&nic->lock);
+	nic->nqps--;
 	ring_fini(&qp->pub.ring[RIG_SEND]);
 	ring_fini(&qp->pub.ring[RIG_RECEIVE]);
+	pthread_mutex_unlock(&nic->lock);
 	rig__qp_cm_free(qp);
 	free(qp);
 	return 0;

@@ -2,45 +2,123 @@
 /*
  * Regions. A region's handle outlives its registration (SPEC P5): the
  * inline post code reads pub.nic, which deregister clears, so the memory
- * behind the handle must stay until the NIC closes.
+ * behind a handle must stay readable until the NIC closes, and no handle
+ * may be given out twice, or a stale one would name a live region.
+ *
+ * So handles come from an arena of address space the NIC reserves, in
+ * order, and are never reused. Once every handle of a page is
+ * deregistered, the page is given back to the kernel (MADV_DONTNEED): it
+ * still reads, as zeros, which is a handle whose nic is NULL. Churn costs
+ * address space (64 bytes a registration, 2^26 registrations per NIC
+ * handle), not memory.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "internal.h"
+
+#define RIG_HANDLE_SIZE 64
+#define RIG_HANDLE_SPACE (1ull << 32)
+/* Address space made writable at a time, as handles are needed. */
+#define RIG_HANDLE_GROW (64 * 1024)
+
+_Static_assert(sizeof(struct rig__region) <= RIG_HANDLE_SIZE,
+	       "a region's handle fits its slot of the arena");
+
+/* A new handle, under the NIC's lock; NULL with rig_errmsg() set. */
+static struct rig__region *handle_new(struct rig_nic *nic)
+{
+	struct rig__handles *h = &nic->handles;
+	size_t at = h->used * RIG_HANDLE_SIZE;
+
+	if (!h->base) {
+		h->base = mmap(NULL, RIG_HANDLE_SPACE, PROT_NONE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (h->base == MAP_FAILED) {
+			h->base = NULL;
+			rig__fail(errno, "rig_region_register: mmap: %s", strerror(errno));
+			return NULL;
+		}
+	}
+	if (at + RIG_HANDLE_SIZE > RIG_HANDLE_SPACE) {
+		rig__fail(ENOMEM, "rig_region_register: %s has used all its %llu region handles; close and reopen it",
+			  nic->name, RIG_HANDLE_SPACE / RIG_HANDLE_SIZE);
+		return NULL;
+	}
+	if (at + RIG_HANDLE_SIZE > h->writable) {
+		if (mprotect(h->base + h->writable, RIG_HANDLE_GROW,
+			     PROT_READ | PROT_WRITE)) {
+			rig__fail(errno, "rig_region_register: mprotect: %s", strerror(errno));
+			return NULL;
+		}
+		h->writable += RIG_HANDLE_GROW;
+	}
+	h->used++;
+	return (struct rig__region *)(h->base + at);
+}
+
+/* Gives back the page of @reg once all its handles are deregistered. */
+static void handle_dead(struct rig_nic *nic, struct rig__region *reg)
+{
+	struct rig__handles *h = &nic->handles;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uint8_t *first = (uint8_t *)((uintptr_t)reg & ~(uintptr_t)(page - 1));
+	size_t i;
+
+	/* The page's last handles may not be given out yet. */
+	if (first + page > h->base + h->used * RIG_HANDLE_SIZE)
+		return;
+	for (i = 0; i < page; i += RIG_HANDLE_SIZE)
+		if (((struct rig__region *)(first + i))->mr)
+			return;
+	madvise(first, page, MADV_DONTNEED);
+}
+
+void rig__regions_free(struct rig_nic *nic)
+{
+	if (nic->handles.base)
+		munmap(nic->handles.base, RIG_HANDLE_SPACE);
+}
 
 RIG_EXPORT __cold int rig_region_register(struct rig_nic *nic, void *addr,
 					  size_t len, struct rig_region **out)
 {
 	struct rig__region *reg;
+	struct ibv_mr *mr;
 	int ret;
 
 	if (!nic || !addr || !len || !out)
 		return rig__fail(EINVAL, "rig_region_register: %s",
 				 !len ? "empty range" : "NULL argument");
-	reg = calloc(1, sizeof(*reg));
-	if (!reg)
-		return rig__fail(ENOMEM, "rig_region_register: out of memory");
 	/* Remote read serves a local peer's reads (SPEC M4); queue pairs facing
-	 * a remote peer grant no remote access, so it opens nothing to them. */
-	reg->mr = ibv_reg_mr(nic->pd, addr, len,
-			     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
-	if (!reg->mr) {
+	 * any other peer grant no remote access, so it opens nothing to them. */
+	mr = ibv_reg_mr(nic->pd, addr, len,
+			IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	if (!mr) {
 		ret = errno ? errno : ENOMEM;
-		free(reg);
 		return rig__fail(ret, "ibv_reg_mr of %zu bytes refused by %s: %s%s",
 				 len, nic->name, strerror(ret),
 				 ret == ENOMEM ? " (see RLIMIT_MEMLOCK)" : "");
 	}
-	reg->nic = nic;
-	reg->pub.nic = nic;
-	reg->pub.addr = addr;
-	reg->pub.len = len;
-	reg->pub.lkey = reg->mr->lkey;
-	reg->pub.rkey = reg->mr->rkey;
 	pthread_mutex_lock(&nic->lock);
-	rig__list_add(&nic->regions, &reg->link);
+	reg = handle_new(nic);
+	if (reg) {
+		reg->mr = mr;
+		reg->nic = nic;
+		reg->pub.nic = nic;
+		reg->pub.addr = addr;
+		reg->pub.len = len;
+		reg->pub.lkey = mr->lkey;
+		reg->pub.rkey = mr->rkey;
+		rig__list_add(&nic->regions, &reg->link);
+	}
 	pthread_mutex_unlock(&nic->lock);
+	if (!reg) {
+		ibv_dereg_mr(mr);
+		return -ENOMEM;
+	}
 	*out = &reg->pub;
 	return 0;
 }
@@ -48,16 +126,22 @@ RIG_EXPORT __cold int rig_region_register(struct rig_nic *nic, void *addr,
 RIG_EXPORT __cold int rig_region_deregister(struct rig_region *r)
 {
 	struct rig__region *reg;
+	struct rig_nic *nic;
 	int ret;
 
 	if (!r || !r->nic)
 		return rig__fail(EINVAL, "rig_region_deregister: %s",
 				 r ? "already deregistered" : "NULL region");
 	reg = container_of(r, struct rig__region, pub);
+	nic = reg->nic;
 	ret = ibv_dereg_mr(reg->mr);
 	if (ret)
-		return rig__fail_verbs(ret, reg->nic, "ibv_dereg_mr");
-	reg->mr = NULL;
+		return rig__fail_verbs(ret, nic, "ibv_dereg_mr");
+	pthread_mutex_lock(&nic->lock);
 	__atomic_store_n(&reg->pub.nic, NULL, __ATOMIC_RELAXED);
+	reg->mr = NULL;
+	rig__list_del(&reg->link);
+	handle_dead(nic, reg);
+	pthread_mutex_unlock(&nic->lock);
 	return 0;
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -26,13 +27,35 @@
 /* Completion events acked per ibv_ack_cq_events call. */
 #define RIG_ACK_BATCH 64
 
+/* Each thread that sleeps gets its own io_uring and eventfd, on first
+ * use, and gives them back when it exits. */
 struct waiter {
 	struct io_uring ring;
 	int efd;
 	bool ready;
+	bool broken;	/* an io_uring call failed: start afresh */
 };
 
 static __thread struct waiter waiter;
+static pthread_key_t waiter_key;
+static pthread_once_t waiter_once = PTHREAD_ONCE_INIT;
+static int waiter_key_error;
+
+static void waiter_exit(void *unused)
+{
+	(void)unused;
+	if (!waiter.ready)
+		return;
+	io_uring_queue_exit(&waiter.ring);
+	close(waiter.efd);
+	waiter.ready = false;
+	waiter.broken = false;
+}
+
+static void waiter_key_init(void)
+{
+	waiter_key_error = pthread_key_create(&waiter_key, waiter_exit);
+}
 
 static int waiter_init(void)
 {
@@ -40,6 +63,10 @@ static int waiter_init(void)
 
 	if (waiter.ready)
 		return 0;
+	pthread_once(&waiter_once, waiter_key_init);
+	if (waiter_key_error)
+		return rig__fail(waiter_key_error, "rig_qp_wait: pthread_key_create: %s",
+				 strerror(waiter_key_error));
 	ret = io_uring_queue_init(8, &waiter.ring, 0);
 	if (ret)
 		return rig__fail(-ret, "rig_qp_wait: io_uring_queue_init: %s",
@@ -50,8 +77,24 @@ static int waiter_init(void)
 		io_uring_queue_exit(&waiter.ring);
 		return rig__fail(ret, "rig_qp_wait: eventfd: %s", strerror(ret));
 	}
+	/* Any non-NULL value makes the destructor run at thread exit. */
+	ret = pthread_setspecific(waiter_key, &waiter);
+	if (ret) {
+		close(waiter.efd);
+		io_uring_queue_exit(&waiter.ring);
+		return rig__fail(ret, "rig_qp_wait: pthread_setspecific: %s",
+				 strerror(ret));
+	}
 	waiter.ready = true;
 	return 0;
+}
+
+/* After a failed io_uring call the ring may hold polls nobody reaps:
+ * the thread's next sleep starts with a new one. */
+static int waiter_fail(int err, const char *step)
+{
+	waiter.broken = true;
+	return rig__fail(err, "rig_qp_wait: io_uring %s: %s", step, strerror(err));
 }
 
 static int64_t now_ns(void)
@@ -119,12 +162,14 @@ static int sleep_on(struct rig_nic *nic, int64_t ns)
 	for (i = 0; i < 3; i++) {
 		struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
 
+		if (!sqe)
+			return waiter_fail(EBUSY, "get_sqe");
 		io_uring_prep_poll_add(sqe, fds[i], POLLIN);
 		io_uring_sqe_set_data64(sqe, 1u << i);
 	}
 	ret = io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, NULL);
 	if (ret < 0 && ret != -ETIME && ret != -EINTR)
-		return rig__fail(-ret, "rig_qp_wait: io_uring wait: %s", strerror(-ret));
+		return waiter_fail(-ret, "wait");
 	for (;;) {
 		/* Poll CQEs carry their WOKE_ bit; removes carry 0. */
 		while (!io_uring_peek_cqe(ring, &cqe)) {
@@ -148,6 +193,8 @@ static int sleep_on(struct rig_nic *nic, int64_t ns)
 				if (done & (1 << i))
 					continue;
 				sqe = io_uring_get_sqe(ring);
+				if (!sqe)
+					return waiter_fail(EBUSY, "get_sqe");
 				io_uring_prep_poll_remove(sqe, 1u << i);
 				io_uring_sqe_set_data64(sqe, 0);
 				removes++;
@@ -155,7 +202,7 @@ static int sleep_on(struct rig_nic *nic, int64_t ns)
 		}
 		ret = io_uring_submit_and_wait(ring, 1);
 		if (ret < 0 && ret != -EINTR)
-			return rig__fail(-ret, "rig_qp_wait: io_uring reap: %s", strerror(-ret));
+			return waiter_fail(-ret, "reap");
 	}
 }
 
@@ -215,6 +262,7 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 		if (woke & WOKE_CHANNEL) {
 			pthread_mutex_lock(&qp->nic->lock);
 			rig__nic_take_completion_events(qp->nic);
+			rig__loop_signal(qp->nic);
 			pthread_mutex_unlock(&qp->nic->lock);
 		}
 		if (woke & WOKE_EFD)
@@ -226,5 +274,9 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 			break;
 	}
 	set_sleeper(qp, side, -1);
+	/* Only now that no ring names its eventfd may the thread's waiter
+	 * go (the fd number could be reused). */
+	if (waiter.broken)
+		waiter_exit(NULL);
 	return ret;
 }

@@ -24,9 +24,10 @@ int rig_nic_open(const char *name, struct rig_nic **out);
 /**
  * rig_nic_close - close a NIC and free everything it still holds
  *
- * Queue pairs still alive are destroyed and regions still registered are
- * deregistered first. Returns 0 or the first -errno met on the way; the NIC
- * is gone either way.
+ * Listeners still open are closed, queue pairs still alive destroyed and
+ * regions still registered deregistered first; every handle of the NIC,
+ * deregistered regions' included, is invalid afterwards. Returns 0 or the
+ * first -errno met on the way; the NIC is gone either way.
  */
 int rig_nic_close(struct rig_nic *nic);
 

@@ -70,9 +70,12 @@ struct rig_ready {
 /**
  * rig_nic_fd - the NIC's one fd for event loops
  *
- * Readable when a watched ring has a completion event or the NIC has an
- * async event pending. Level-triggered: rig_uring_handle() (or
- * rig_nic_handle()) drains it. For epoll or libuv loops.
+ * Readable when a watched ring has a completion event, the NIC has an
+ * async event pending, or rings wait to be handed out (another thread's
+ * rig_qp_wait, rig_qp_destroy or rig_nic_events may have taken the event
+ * that listed them). Level-triggered: rig_uring_handle() (or
+ * rig_nic_handle()) drains it when it hands out every ready ring. For
+ * epoll or libuv loops.
  */
 int rig_nic_fd(const struct rig_nic *nic);
 
@@ -92,8 +95,11 @@ int rig_uring_watch(struct io_uring *ring, struct rig_nic *nic,
  * rig_uring_handle - handle a CQE tagged with @nic's user_data
  *
  * Takes the NIC's completion events (acking them in batches) and its async
- * events, re-arms the rings they came from, and fills @ready with up to
- * @max rings to poll now; a ring failed by an async event is listed too.
+ * events, and fills @ready with up to @max rings to poll now; a ring failed
+ * by an async event is listed too. Each ring handed out is armed first, so
+ * poll it dry: a completion that lands after the arming raises an event,
+ * and one before it is found by the poll. A listed ring stays unarmed
+ * until it is handed out.
  * Re-queues the multishot poll if @cqe says it ended. With more than @max
  * ready, call it again with @cqe NULL for the rest.
  *
