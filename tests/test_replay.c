@@ -1,0 +1,1193 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The failure model replayed on the host (SPEC Q1, Q2, T1, F1-F6): the
+ * library's own post and poll code (rig/qp.h's inline hot path and
+ * lib/ring.c) runs against a fake NIC (tests/fake_verbs.c) whose CQEs each
+ * test writes one by one, in every order a NIC may write them, and whose
+ * posts each test may refuse. The device suites reach only the orders
+ * Soft-RoCE happens to produce; here each order is chosen.
+ *
+ * Entries get distinct lengths, so the bytes of a completion tell which
+ * entry it is (Q2). Most receives take a message shorter than the
+ * receive, so their bytes must come from the CQE (T1).
+ */
+#include <criterion/criterion.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fake_verbs.h"
+
+static struct fake *f;
+
+static void setup(void)
+{
+	f = fake_new();
+}
+
+static void teardown(void)
+{
+	fake_free(f);
+}
+
+TestSuite(replay, .init = setup, .fini = teardown);
+
+static const char *const ring_name[] = { "send", "receive" };
+
+static void post_one(enum rig_side side, size_t n)
+{
+	int ret = side == RIG_SEND ? rig_qp_send(f->qp, &f->r, 0, n)
+				   : rig_qp_receive(f->qp, &f->r, 0, n);
+
+	cr_assert_eq(ret, 0, "post of %zu bytes on the %s ring: %d %s", n,
+		     ring_name[side], ret, rig_errmsg());
+}
+
+static void expect_room(enum rig_side side, int room)
+{
+	cr_assert_eq(rig_qp_room(f->qp, side), room, "%s ring: room %d, not %d",
+		     ring_name[side], rig_qp_room(f->qp, side), room);
+}
+
+static void expect_none(enum rig_side side)
+{
+	struct rig_completion c;
+	int ret = rig_qp_poll(f->qp, side, &c);
+
+	cr_assert_eq(ret, 0, "%s ring: poll gave %d (error %d), not 0",
+		     ring_name[side], ret, ret == 1 ? c.error : 0);
+}
+
+/* Takes the next completion of @side, which must be there with @error, and
+ * @bytes if it succeeded; returns its reason. */
+static const char *expect(enum rig_side side, int error, uint32_t bytes)
+{
+	struct rig_completion c;
+	int ret;
+
+	memset(&c, 0xa5, sizeof(c));
+	ret = rig_qp_poll(f->qp, side, &c);
+	cr_assert_eq(ret, 1, "%s ring: poll gave %d, not a completion (%s)",
+		     ring_name[side], ret, rig_errmsg());
+	cr_assert_eq(c.error, error, "%s ring: error %d, not %d (%s)",
+		     ring_name[side], c.error, error, c.why ? c.why : "no reason");
+	if (error) {
+		cr_assert_not_null(c.why, "%s ring: a failure without a reason",
+				   ring_name[side]);
+		return c.why;
+	}
+	cr_assert_eq(c.bytes, bytes, "%s ring: %u bytes, not %u",
+		     ring_name[side], c.bytes, bytes);
+	cr_assert_null(c.why, "%s ring: a success with a reason: %s",
+		       ring_name[side], c.why);
+	return NULL;
+}
+
+static void expect_ok(enum rig_side side, uint32_t bytes)
+{
+	expect(side, 0, bytes);
+}
+
+/* Takes @n failed completions of @side, each with @error and @why. */
+static void expect_failed(enum rig_side side, int n, int error, const char *why)
+{
+	while (n-- > 0)
+		cr_assert_eq(expect(side, error, 0), why,
+			     "%s ring: a completion with another reason",
+			     ring_name[side]);
+}
+
+static void expect_failure(int error, int wc_status)
+{
+	int st = -2;
+
+	cr_assert_eq(rig_qp_failure(f->qp, &st), error, "rig_qp_failure: %d, not %d",
+		     rig_qp_failure(f->qp, NULL), error);
+	cr_assert_eq(st, wc_status, "rig_qp_failure: status %d, not %d", st,
+		     wc_status);
+}
+
+static void batch(struct rig_post *p, int count, size_t len, uint64_t cookie)
+{
+	int i;
+
+	for (i = 0; i < count; i++)
+		p[i] = (struct rig_post){ &f->r, 0, len + i, cookie + i };
+}
+
+/* ------------------------------------------------------ refused posts */
+
+/*
+ * F5: a post to a failed queue pair completes with the failure's error,
+ * and rig_qp_poll_batch gives back 0 as its cookie, as for any entry
+ * posted one at a time, though its slot last held a batch entry's cookie.
+ */
+Test(replay, F5_posts_to_a_failed_qp_carry_no_stale_cookie)
+{
+	struct rig_completion c[RIG_BATCH_MAX];
+	uint64_t cookie[RIG_BATCH_MAX];
+	struct rig_post p[RIG_BATCH_MAX];
+	const char *why;
+	int b, i, side, n;
+
+	/* 64 batches of 64 leave a batch cookie in every slot of both rings. */
+	for (b = 0; b < (int)(RIG__SLOTS / RIG_BATCH_MAX); b++) {
+		batch(p, RIG_BATCH_MAX, 1, 1000 + b * RIG_BATCH_MAX);
+		cr_assert_eq(rig_qp_send_batch(f->qp, p, RIG_BATCH_MAX), RIG_BATCH_MAX);
+		cr_assert_eq(rig_qp_receive_batch(f->qp, p, RIG_BATCH_MAX), RIG_BATCH_MAX);
+		for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
+			fake_complete(f, side, RIG_BATCH_MAX, IBV_WC_SUCCESS);
+			n = rig_qp_poll_batch(f->qp, side, c, cookie, RIG_BATCH_MAX);
+			cr_assert_eq(n, RIG_BATCH_MAX);
+			for (i = 0; i < RIG_BATCH_MAX; i++) {
+				cr_assert_eq(c[i].error, 0);
+				cr_assert_eq(c[i].bytes, 1 + i);
+				cr_assert_eq(cookie[i], 1000 + b * RIG_BATCH_MAX + i);
+			}
+		}
+	}
+
+	post_one(RIG_SEND, 7);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_REM_OP_ERR);
+	why = expect(RIG_SEND, -EREMOTEIO, 0);
+	for (i = 0; i < 8; i++) {
+		post_one(RIG_SEND, 10 + i);
+		cr_assert_eq(rig_qp_read(f->qp, &f->r, 0, &f->r, 100, 20 + i), 0);
+		post_one(RIG_RECEIVE, 30 + i);
+	}
+	/* F5: none of them reached the NIC. */
+	cr_assert_eq(f->ring[RIG_SEND].nreq, RIG__SLOTS + 1);
+	cr_assert_eq(f->ring[RIG_RECEIVE].nreq, RIG__SLOTS);
+	expect_room(RIG_SEND, RIG_RING_ENTRIES - 16);
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES - 8);
+	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
+		memset(cookie, 0xff, sizeof(cookie));
+		n = rig_qp_poll_batch(f->qp, side, c, cookie, RIG_BATCH_MAX);
+		cr_assert_eq(n, side == RIG_SEND ? 16 : 8);
+		for (i = 0; i < n; i++) {
+			cr_assert_eq(c[i].error, -EREMOTEIO);
+			cr_assert_eq(c[i].why, why);
+			cr_assert_eq(cookie[i], 0, "%s entry %d: cookie %llu, not 0",
+				     ring_name[side], i, (unsigned long long)cookie[i]);
+		}
+		expect_none(side);
+		expect_room(side, RIG_RING_ENTRIES);
+	}
+	/* A batch posted to the failed queue pair keeps its own cookies. */
+	batch(p, 3, 40, 77);
+	cr_assert_eq(rig_qp_send_batch(f->qp, p, 3), 3);
+	cr_assert_eq(rig_qp_poll_batch(f->qp, RIG_SEND, c, cookie, RIG_BATCH_MAX), 3);
+	for (i = 0; i < 3; i++) {
+		cr_assert_eq(c[i].error, -EREMOTEIO);
+		cr_assert_eq(cookie[i], 77 + i);
+	}
+	expect_failure(-EREMOTEIO, IBV_WC_REM_OP_ERR);
+}
+
+/*
+ * C1, Q1: a provider that refuses a request (bad_wr pointing at it) took
+ * nothing. The post returns its -errno and names the verbs call, the ring
+ * keeps its room, the queue pair stays healthy, and the next post takes
+ * the sequence number the refused one had.
+ */
+Test(replay, C1_Q1_refused_post_posts_nothing)
+{
+	post_one(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 20);
+	fake_refuse(f, RIG_SEND, 0, ENOMEM);
+	cr_assert_eq(rig_qp_send(f->qp, &f->r, 0, 11), -ENOMEM);
+	cr_assert_not_null(strstr(rig_errmsg(), "ibv_post_send"), "%s", rig_errmsg());
+	fake_refuse(f, RIG_SEND, 0, ENOMEM);
+	cr_assert_eq(rig_qp_read(f->qp, &f->r, 0, &f->r, 100, 12), -ENOMEM);
+	fake_refuse(f, RIG_RECEIVE, 0, EAGAIN);
+	cr_assert_eq(rig_qp_receive(f->qp, &f->r, 0, 21), -EAGAIN);
+	cr_assert_not_null(strstr(rig_errmsg(), "ibv_post_recv"), "%s", rig_errmsg());
+	expect_room(RIG_SEND, RIG_RING_ENTRIES - 1);
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES - 1);
+	cr_assert_eq(f->ring[RIG_SEND].nreq, 1);
+	cr_assert_eq(f->ring[RIG_RECEIVE].nreq, 1);
+	expect_failure(0, -1);
+
+	post_one(RIG_SEND, 13);
+	post_one(RIG_RECEIVE, 22);
+	cr_assert_eq(f->ring[RIG_SEND].req[1].wr_id, 1);
+	cr_assert_eq(f->ring[RIG_SEND].req[1].length, 13);
+	cr_assert_eq(f->ring[RIG_RECEIVE].req[1].wr_id, 1);
+	fake_complete(f, RIG_SEND, 2, IBV_WC_SUCCESS);
+	fake_message(f, 5);
+	fake_message(f, 6);
+	expect_ok(RIG_SEND, 10);
+	expect_ok(RIG_SEND, 13);
+	expect_ok(RIG_RECEIVE, 5);
+	expect_ok(RIG_RECEIVE, 6);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_room(RIG_SEND, RIG_RING_ENTRIES);
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES);
+	expect_failure(0, -1);
+}
+
+/*
+ * F5, F6: Soft-RoCE queues the request, then its doorbell write() fails;
+ * it returns the error with bad_wr still NULL. The request is in the NIC's
+ * queue and may run: the post counts (0, one slot less), the queue pair
+ * fails with the provider's error, and the library completes every due
+ * entry of both rings itself, in order. The NIC's late CQEs are dropped.
+ */
+static void doorbell_fails(enum rig_side side, int err)
+{
+	const char *why;
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	fake_doorbell_fails(f, side, err);
+	post_one(side, side == RIG_SEND ? 11 : 22);
+	cr_assert_eq(f->ring[side].nreq, 2 + side);
+	/* Posts after it never reach the NIC (F2, F5). */
+	post_one(RIG_SEND, 12);
+	post_one(RIG_RECEIVE, 23);
+	cr_assert_eq(f->ring[RIG_SEND].nreq, 1 + (side == RIG_SEND));
+	cr_assert_eq(f->ring[RIG_RECEIVE].nreq, 2 + (side == RIG_RECEIVE));
+	expect_room(RIG_SEND, RIG_RING_ENTRIES - 2 - (side == RIG_SEND));
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES - 3 - (side == RIG_RECEIVE));
+
+	why = expect(side, -err, 0);
+	expect_failure(-err, -1);
+	/* The NIC completes all it held, too late. */
+	fake_complete(f, RIG_SEND, (int)f->ring[RIG_SEND].nreq, IBV_WC_SUCCESS);
+	fake_complete(f, RIG_RECEIVE, (int)f->ring[RIG_RECEIVE].nreq, IBV_WC_SUCCESS);
+	expect_failed(side, 1 + (side == RIG_SEND ? 1 : 2), -err, why);
+	expect_failed(!side, side == RIG_SEND ? 3 : 2, -err, why);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_room(RIG_SEND, RIG_RING_ENTRIES);
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES);
+	expect_failure(-err, -1);
+}
+
+Test(replay, F5_F6_send_queued_but_its_doorbell_failed)
+{
+	doorbell_fails(RIG_SEND, EIO);
+}
+
+Test(replay, F5_F6_receive_queued_but_its_doorbell_failed)
+{
+	doorbell_fails(RIG_RECEIVE, EBADF);
+}
+
+/*
+ * Q1: a provider that refuses request k of a batch took the k before it:
+ * the batch returns k and the rest are not posted; refused at 0, it
+ * returns -errno and posts nothing. The queue pair stays healthy.
+ */
+static void batch_refused(enum rig_side side)
+{
+	int (*post)(struct rig_qp *, const struct rig_post *, int) =
+		side == RIG_SEND ? rig_qp_send_batch : rig_qp_receive_batch;
+	struct rig_completion c[8];
+	struct rig_post p[8];
+	uint64_t cookie[8];
+	int i;
+
+	batch(p, 8, 10, 100);
+	fake_refuse(f, side, 5, ENOMEM);
+	cr_assert_eq(post(f->qp, p, 8), 5);
+	expect_room(side, RIG_RING_ENTRIES - 5);
+	cr_assert_eq(f->ring[side].nreq, 5);
+	fake_refuse(f, side, 0, ENOMEM);
+	cr_assert_eq(post(f->qp, p + 5, 3), -ENOMEM);
+	expect_room(side, RIG_RING_ENTRIES - 5);
+	cr_assert_eq(f->ring[side].nreq, 5);
+	expect_failure(0, -1);
+
+	cr_assert_eq(post(f->qp, p + 5, 3), 3);
+	for (i = 0; i < 8; i++)
+		cr_assert_eq(f->ring[side].req[i].wr_id, i);
+	fake_complete(f, side, 8, IBV_WC_SUCCESS);
+	cr_assert_eq(rig_qp_poll_batch(f->qp, side, c, cookie, 8), 8);
+	for (i = 0; i < 8; i++) {
+		cr_assert_eq(c[i].error, 0);
+		cr_assert_eq(c[i].bytes, 10 + i);
+		cr_assert_eq(cookie[i], 100 + i);
+	}
+	expect_none(side);
+	expect_room(side, RIG_RING_ENTRIES);
+}
+
+Test(replay, Q1_send_batch_refused_part_way)
+{
+	batch_refused(RIG_SEND);
+}
+
+Test(replay, Q1_receive_batch_refused_part_way)
+{
+	batch_refused(RIG_RECEIVE);
+}
+
+/*
+ * F5, F6: a batch the provider queued whole before its doorbell failed
+ * (bad_wr NULL) is posted whole; the queue pair fails as for one request.
+ */
+Test(replay, F5_F6_batch_queued_but_its_doorbell_failed)
+{
+	struct rig_completion c[RIG_BATCH_MAX];
+	uint64_t cookie[RIG_BATCH_MAX];
+	struct rig_post p[4];
+	int i;
+
+	post_one(RIG_SEND, 10);
+	batch(p, 4, 20, 200);
+	fake_doorbell_fails(f, RIG_RECEIVE, EIO);
+	cr_assert_eq(rig_qp_receive_batch(f->qp, p, 4), 4);
+	cr_assert_eq(f->ring[RIG_RECEIVE].nreq, 4);
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES - 4);
+	batch(p, 3, 30, 300);
+	cr_assert_eq(rig_qp_send_batch(f->qp, p, 3), 3);
+	cr_assert_eq(f->ring[RIG_SEND].nreq, 1);
+	expect_room(RIG_SEND, RIG_RING_ENTRIES - 4);
+
+	cr_assert_eq(rig_qp_poll_batch(f->qp, RIG_RECEIVE, c, cookie, RIG_BATCH_MAX), 4);
+	for (i = 0; i < 4; i++) {
+		cr_assert_eq(c[i].error, -EIO);
+		cr_assert_not_null(c[i].why);
+		cr_assert_eq(cookie[i], 200 + i);
+	}
+	fake_complete(f, RIG_SEND, 1, IBV_WC_SUCCESS);
+	fake_complete(f, RIG_RECEIVE, 4, IBV_WC_SUCCESS);
+	cr_assert_eq(rig_qp_poll_batch(f->qp, RIG_SEND, c, cookie, RIG_BATCH_MAX), 4);
+	for (i = 0; i < 4; i++) {
+		cr_assert_eq(c[i].error, -EIO);
+		cr_assert_eq(cookie[i], i ? 300 + i - 1 : 0);
+	}
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_failure(-EIO, -1);
+}
+
+/* ------------------------------------------- the failure model, replayed */
+
+/*
+ * F3: the NIC writes a flush on one ring before the application sees the
+ * failing entry on the other. Receive ring [success, flush, flush], send
+ * ring [success, RETRY_EXC_ERR, flush]; in either order of taking the
+ * rings, the entries after the successes carry the retry error.
+ */
+static void flush_before_reason(enum rig_side first)
+{
+	const char *why;
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_SEND, 11);
+	post_one(RIG_SEND, 12);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	post_one(RIG_RECEIVE, 22);
+	fake_message(f, 5);
+	fake_complete(f, RIG_RECEIVE, 2, IBV_WC_WR_FLUSH_ERR);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_SUCCESS);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_RETRY_EXC_ERR);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_WR_FLUSH_ERR);
+
+	if (first == RIG_RECEIVE) {
+		expect_ok(RIG_RECEIVE, 5);
+		why = expect(RIG_RECEIVE, -ETIMEDOUT, 0);
+		expect_room(RIG_RECEIVE, RIG_RING_ENTRIES - 1);
+		expect_room(RIG_SEND, RIG_RING_ENTRIES - 3);
+		expect_failed(RIG_RECEIVE, 1, -ETIMEDOUT, why);
+		expect_none(RIG_RECEIVE);
+		expect_ok(RIG_SEND, 10);
+	} else {
+		expect_ok(RIG_SEND, 10);
+		why = expect(RIG_SEND, -ETIMEDOUT, 0);
+		expect_room(RIG_SEND, RIG_RING_ENTRIES - 1);
+		expect_room(RIG_RECEIVE, RIG_RING_ENTRIES - 3);
+		expect_failed(RIG_SEND, 1, -ETIMEDOUT, why);
+		expect_none(RIG_SEND);
+		expect_ok(RIG_RECEIVE, 5);
+	}
+	expect_failed(!first, 2, -ETIMEDOUT, why);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_room(RIG_SEND, RIG_RING_ENTRIES);
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES);
+	expect_failure(-ETIMEDOUT, IBV_WC_RETRY_EXC_ERR);
+}
+
+Test(replay, F3_flush_before_its_reason_on_the_other_ring_receive_first)
+{
+	flush_before_reason(RIG_RECEIVE);
+}
+
+Test(replay, F3_flush_before_its_reason_on_the_other_ring_send_first)
+{
+	flush_before_reason(RIG_SEND);
+}
+
+/*
+ * F3: the failing send's CQE lands after the application read the send
+ * ring empty and took a flush of the receive ring. With no reason in
+ * sight the flush reports "flushed without saying why" (-ECANCELED); once
+ * the reason is reaped it replaces that record, and every completion taken
+ * after it carries the reason's error.
+ */
+Test(replay, F3_reason_lands_after_its_ring_was_read_empty)
+{
+	const char *flushed, *why;
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_SEND, 11);
+	post_one(RIG_SEND, 12);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	post_one(RIG_RECEIVE, 22);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_SUCCESS);
+	expect_ok(RIG_SEND, 10);
+	expect_none(RIG_SEND);
+
+	fake_complete(f, RIG_RECEIVE, 3, IBV_WC_WR_FLUSH_ERR);
+	flushed = expect(RIG_RECEIVE, -ECANCELED, 0);
+	expect_failure(-ECANCELED, IBV_WC_WR_FLUSH_ERR);
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES - 2);
+
+	fake_complete(f, RIG_SEND, 1, IBV_WC_RETRY_EXC_ERR);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_WR_FLUSH_ERR);
+	why = expect(RIG_SEND, -ETIMEDOUT, 0);
+	cr_assert_neq(why, flushed);
+	expect_failure(-ETIMEDOUT, IBV_WC_RETRY_EXC_ERR);
+	expect_failed(RIG_SEND, 1, -ETIMEDOUT, why);
+	expect_failed(RIG_RECEIVE, 2, -ETIMEDOUT, why);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_room(RIG_SEND, RIG_RING_ENTRIES);
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES);
+	expect_failure(-ETIMEDOUT, IBV_WC_RETRY_EXC_ERR);
+}
+
+/*
+ * F3: the failing send's CQE lands while the library looks for the reason
+ * of a flush, just after its first read of the send ring found nothing.
+ * It reads both rings once more before it settles for -ECANCELED.
+ */
+Test(replay, F3_reason_lands_while_the_library_looks_for_it)
+{
+	const char *why;
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	fake_complete(f, RIG_RECEIVE, 2, IBV_WC_WR_FLUSH_ERR);
+	fake_hold(f, RIG_SEND, 1);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_RETRY_EXC_ERR);
+	why = expect(RIG_RECEIVE, -ETIMEDOUT, 0);
+	expect_failure(-ETIMEDOUT, IBV_WC_RETRY_EXC_ERR);
+	expect_failed(RIG_RECEIVE, 1, -ETIMEDOUT, why);
+	expect_failed(RIG_SEND, 1, -ETIMEDOUT, why);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+}
+
+/*
+ * F3: the first failure is kept. A second error CQE (its own entry
+ * included) and an async event after it change neither what later
+ * completions carry nor rig_qp_failure.
+ */
+Test(replay, F3_the_first_failure_is_kept)
+{
+	const char *why;
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_SEND, 11);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_REM_OP_ERR);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_WR_FLUSH_ERR);
+	fake_complete(f, RIG_RECEIVE, 1, IBV_WC_LOC_LEN_ERR);
+	fake_complete(f, RIG_RECEIVE, 1, IBV_WC_WR_FLUSH_ERR);
+	why = expect(RIG_SEND, -EREMOTEIO, 0);
+	fake_event(f, EIO, "QP_FATAL, injected");
+	expect_failed(RIG_RECEIVE, 2, -EREMOTEIO, why);
+	expect_failed(RIG_SEND, 1, -EREMOTEIO, why);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_failure(-EREMOTEIO, IBV_WC_REM_OP_ERR);
+}
+
+/*
+ * F1, F3: an async event that explains a bare flush replaces its
+ * -ECANCELED record; the event fails the NIC's trust, so the library
+ * completes what is due itself (F6).
+ */
+Test(replay, F1_F3_async_event_replaces_a_bare_flush)
+{
+	static const char fatal[] = "QP_FATAL, injected";
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_SEND, 11);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	fake_complete(f, RIG_RECEIVE, 2, IBV_WC_WR_FLUSH_ERR);
+	expect(RIG_RECEIVE, -ECANCELED, 0);
+	fake_event(f, EIO, fatal);
+	cr_assert_eq(expect(RIG_RECEIVE, -EIO, 0), fatal);
+	expect_failure(-EIO, -1);
+	fake_complete(f, RIG_SEND, 2, IBV_WC_SUCCESS);
+	expect_failed(RIG_SEND, 2, -EIO, fatal);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_failure(-EIO, -1);
+}
+
+/*
+ * F3: a flush with no reason anywhere (bnxt_re flushes from its async
+ * event path, and the event may say nothing rig counts): -ECANCELED.
+ */
+Test(replay, F3_flushes_without_a_reason_report_ECANCELED)
+{
+	const char *why;
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_WR_FLUSH_ERR);
+	fake_complete(f, RIG_RECEIVE, 2, IBV_WC_WR_FLUSH_ERR);
+	why = expect(RIG_SEND, -ECANCELED, 0);
+	expect_failed(RIG_RECEIVE, 2, -ECANCELED, why);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_failure(-ECANCELED, IBV_WC_WR_FLUSH_ERR);
+}
+
+/*
+ * F6: an error on the send ring, and receives the NIC never completes
+ * (Soft-RoCE writes no CQE for them). Polled first, the quiet receive ring
+ * finds the failure on the other ring and completes every due receive.
+ * Flushes a NIC writes for them later, and a receive posted after the
+ * failure (F5), do not disturb the order.
+ */
+Test(replay, F6_error_on_one_ring_completes_the_quiet_other)
+{
+	const char *why;
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	post_one(RIG_RECEIVE, 22);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_REM_OP_ERR);
+	why = expect(RIG_RECEIVE, -EREMOTEIO, 0);
+	expect_failure(-EREMOTEIO, IBV_WC_REM_OP_ERR);
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES - 2);
+	fake_complete(f, RIG_RECEIVE, 3, IBV_WC_WR_FLUSH_ERR);
+	post_one(RIG_RECEIVE, 23);
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES - 3);
+	expect_failed(RIG_RECEIVE, 3, -EREMOTEIO, why);
+	expect_none(RIG_RECEIVE);
+	expect_failed(RIG_SEND, 1, -EREMOTEIO, why);
+	expect_none(RIG_SEND);
+	expect_room(RIG_SEND, RIG_RING_ENTRIES);
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES);
+}
+
+/*
+ * F1, F2: a receive with immediate data is of a kind the receive ring
+ * does not take. Its entry fails with -EPROTO, and so does every due
+ * entry: the NIC is no longer trusted, and CQEs it writes after that are
+ * dropped. What it completed on the other ring before still counts.
+ */
+Test(replay, F1_F2_receive_with_immediate_data)
+{
+	const char *why;
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_SEND, 11);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	post_one(RIG_RECEIVE, 22);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_SUCCESS);
+	fake_cqe(f, RIG_RECEIVE, 0, IBV_WC_SUCCESS, IBV_WC_RECV, 4, IBV_WC_WITH_IMM);
+	why = expect(RIG_RECEIVE, -EPROTO, 0);
+	expect_failure(-EPROTO, -1);
+	fake_cqe(f, RIG_RECEIVE, 1, IBV_WC_SUCCESS, IBV_WC_RECV, 5, 0);
+	fake_cqe(f, RIG_RECEIVE, 2, IBV_WC_SUCCESS, IBV_WC_RECV, 6, 0);
+	fake_cqe(f, RIG_SEND, 1, IBV_WC_SUCCESS, IBV_WC_SEND, 0, 0);
+	expect_failed(RIG_RECEIVE, 2, -EPROTO, why);
+	expect_ok(RIG_SEND, 10);
+	expect_failed(RIG_SEND, 1, -EPROTO, why);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_failure(-EPROTO, -1);
+}
+
+/*
+ * F1, F2: the same for an RDMA write on the send ring, taken by
+ * rig_qp_poll_batch; the success behind it in the same CQ came after it,
+ * and is dropped too.
+ */
+Test(replay, F1_F2_rdma_write_on_the_send_ring)
+{
+	struct rig_completion c[4];
+	uint64_t cookie[4];
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_SEND, 11);
+	post_one(RIG_SEND, 12);
+	post_one(RIG_RECEIVE, 20);
+	fake_message(f, 7);
+	fake_cqe(f, RIG_SEND, 0, IBV_WC_SUCCESS, IBV_WC_SEND, 0, 0);
+	fake_cqe(f, RIG_SEND, 1, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, 0, 0);
+	fake_cqe(f, RIG_SEND, 2, IBV_WC_SUCCESS, IBV_WC_SEND, 0, 0);
+	cr_assert_eq(rig_qp_poll_batch(f->qp, RIG_SEND, c, cookie, 4), 3);
+	cr_assert_eq(c[0].error, 0);
+	cr_assert_eq(c[0].bytes, 10);
+	cr_assert_eq(c[1].error, -EPROTO);
+	cr_assert_eq(c[2].error, -EPROTO);
+	cr_assert_eq(c[2].why, c[1].why);
+	expect_ok(RIG_RECEIVE, 7);
+	expect_none(RIG_RECEIVE);
+	expect_none(RIG_SEND);
+	expect_failure(-EPROTO, -1);
+}
+
+/*
+ * F1, F6: a CQ the library cannot read fails the queue pair (-EIO, no
+ * verbs status); what the other CQ held by then still counts.
+ */
+Test(replay, F1_F6_unreadable_cq)
+{
+	const char *why;
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_SEND, 11);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_SUCCESS);
+	fake_cq_fails(f, RIG_RECEIVE, -EIO);
+	why = expect(RIG_RECEIVE, -EIO, 0);
+	expect_failure(-EIO, -1);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_SUCCESS);
+	fake_complete(f, RIG_RECEIVE, 2, IBV_WC_SUCCESS);
+	expect_failed(RIG_RECEIVE, 1, -EIO, why);
+	expect_ok(RIG_SEND, 10);
+	expect_failed(RIG_SEND, 1, -EIO, why);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+}
+
+/*
+ * Q2: a CQE whose wr_id names no due entry (beyond head, or one taken
+ * long ago) is ignored, on the slow path where the library reads wr_id:
+ * it neither fails the queue pair nor shifts the entries.
+ */
+Test(replay, Q2_cqe_for_no_due_entry_is_ignored)
+{
+	const char *why;
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_SEND, 11);
+	fake_cqe(f, RIG_SEND, 7, IBV_WC_LOC_PROT_ERR, IBV_WC_SEND, 0, 0);
+	expect_none(RIG_SEND);
+	expect_failure(0, -1);
+	fake_complete(f, RIG_SEND, 2, IBV_WC_SUCCESS);
+	expect_ok(RIG_SEND, 10);
+	expect_ok(RIG_SEND, 11);
+
+	post_one(RIG_SEND, 12);
+	post_one(RIG_SEND, 13);
+	post_one(RIG_RECEIVE, 20);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_RETRY_EXC_ERR);
+	fake_cqe(f, RIG_SEND, 0, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND, 0, 0);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_WR_FLUSH_ERR);
+	fake_cqe(f, RIG_RECEIVE, 99, IBV_WC_SUCCESS, IBV_WC_RECV, 3, 0);
+	fake_complete(f, RIG_RECEIVE, 1, IBV_WC_WR_FLUSH_ERR);
+	why = expect(RIG_SEND, -ETIMEDOUT, 0);
+	expect_failed(RIG_SEND, 1, -ETIMEDOUT, why);
+	expect_failed(RIG_RECEIVE, 1, -ETIMEDOUT, why);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	cr_assert_eq(fake_unpolled(f, RIG_SEND), 0);
+	cr_assert_eq(fake_unpolled(f, RIG_RECEIVE), 0);
+	expect_failure(-ETIMEDOUT, IBV_WC_RETRY_EXC_ERR);
+}
+
+/*
+ * Q2, F3: sequence numbers (and so wr_ids) wrap past 2^32 in the middle of
+ * 64 entries of each ring: the order and the bytes hold, with no failure
+ * and with one after the wrap (send 40 exhausts its retries; receives from
+ * 30 on are flushed, and sends from 52 on never complete).
+ */
+#define WRAP_START 0xfffffff0u
+
+static void wrap(int fail)
+{
+	struct rig_completion c[RIG_BATCH_MAX];
+	uint64_t cookie[RIG_BATCH_MAX];
+	struct rig_post p[RIG_BATCH_MAX];
+	const char *why = NULL;
+	int i, side;
+
+	for (side = RIG_SEND; side <= RIG_RECEIVE; side++)
+		f->qp->ring[side].head = f->qp->ring[side].tail = WRAP_START;
+	for (i = 0; i < 64; i++)
+		post_one(RIG_SEND, 100 + i);
+	batch(p, RIG_BATCH_MAX, 1000, 5000);
+	cr_assert_eq(rig_qp_receive_batch(f->qp, p, RIG_BATCH_MAX), RIG_BATCH_MAX);
+	for (i = 0; i < 64; i++) {
+		cr_assert_eq(f->ring[RIG_SEND].req[i].wr_id, (uint32_t)(WRAP_START + i));
+		cr_assert_eq(f->ring[RIG_RECEIVE].req[i].wr_id, (uint32_t)(WRAP_START + i));
+	}
+	expect_room(RIG_SEND, RIG_RING_ENTRIES - 64);
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES - 64);
+
+	if (!fail) {
+		fake_complete(f, RIG_SEND, 64, IBV_WC_SUCCESS);
+		for (i = 0; i < 64; i++)
+			fake_message(f, 500 + i);
+	} else {
+		fake_complete(f, RIG_SEND, 40, IBV_WC_SUCCESS);
+		fake_complete(f, RIG_SEND, 1, IBV_WC_RETRY_EXC_ERR);
+		fake_complete(f, RIG_SEND, 11, IBV_WC_WR_FLUSH_ERR);
+		for (i = 0; i < 30; i++)
+			fake_message(f, 500 + i);
+		fake_complete(f, RIG_RECEIVE, 34, IBV_WC_WR_FLUSH_ERR);
+	}
+	/* The receive ring first: its flush makes the library look at the
+	 * send ring, which it reaps ahead across the wrap. */
+	cr_assert_eq(rig_qp_poll_batch(f->qp, RIG_RECEIVE, c, cookie, RIG_BATCH_MAX),
+		     RIG_BATCH_MAX);
+	for (i = 0; i < 64; i++) {
+		cr_assert_eq(cookie[i], 5000 + i);
+		if (!fail || i < 30) {
+			cr_assert_eq(c[i].error, 0, "receive %d: %d", i, c[i].error);
+			cr_assert_eq(c[i].bytes, 500 + i);
+		} else {
+			cr_assert_eq(c[i].error, -ETIMEDOUT, "receive %d: %d", i,
+				     c[i].error);
+			why = why ? why : c[i].why;
+			cr_assert_eq(c[i].why, why);
+		}
+	}
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES);
+	for (i = 0; i < 64; i++) {
+		if (!fail || i < 40)
+			expect_ok(RIG_SEND, 100 + i);
+		else
+			expect_failed(RIG_SEND, 1, -ETIMEDOUT, why);
+		expect_room(RIG_SEND, RIG_RING_ENTRIES - 63 + i);
+	}
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	for (side = RIG_SEND; side <= RIG_RECEIVE; side++)
+		cr_assert_eq(f->qp->ring[side].tail, (uint32_t)(WRAP_START + 64));
+	if (fail)
+		expect_failure(-ETIMEDOUT, IBV_WC_RETRY_EXC_ERR);
+	else
+		expect_failure(0, -1);
+}
+
+Test(replay, Q2_sequence_numbers_wrap)
+{
+	wrap(0);
+}
+
+Test(replay, F3_Q2_sequence_numbers_wrap_with_a_failure)
+{
+	wrap(1);
+}
+
+/*
+ * Q1: a slot frees when its completion is taken, not when the NIC writes
+ * it nor when the library reaps it ahead; a full ring refuses a post with
+ * -ENOSPC, after the failure too (F5: accepted room permitting).
+ */
+Test(replay, Q1_F5_room_frees_when_taken)
+{
+	struct rig_post p[1];
+	const char *why;
+	int i;
+
+	expect_room(RIG_SEND, RIG_RING_ENTRIES);
+	post_one(RIG_SEND, 10);
+	post_one(RIG_SEND, 11);
+	post_one(RIG_SEND, 12);
+	expect_room(RIG_SEND, RIG_RING_ENTRIES - 3);
+	fake_complete(f, RIG_SEND, 3, IBV_WC_SUCCESS);
+	expect_room(RIG_SEND, RIG_RING_ENTRIES - 3);
+	expect_ok(RIG_SEND, 10);
+	expect_room(RIG_SEND, RIG_RING_ENTRIES - 2);
+	/* An empty receive ring with an entry due reaps the send ring. */
+	post_one(RIG_RECEIVE, 20);
+	expect_none(RIG_RECEIVE);
+	cr_assert_eq(fake_unpolled(f, RIG_SEND), 0);
+	expect_room(RIG_SEND, RIG_RING_ENTRIES - 2);
+	expect_ok(RIG_SEND, 11);
+	expect_ok(RIG_SEND, 12);
+	expect_room(RIG_SEND, RIG_RING_ENTRIES);
+
+	for (i = 1; i < RIG_RING_ENTRIES; i++)
+		post_one(RIG_RECEIVE, 20 + i % 100);
+	expect_room(RIG_RECEIVE, 0);
+	cr_assert_eq(rig_qp_receive(f->qp, &f->r, 0, 1), -ENOSPC);
+	batch(p, 1, 1, 1);
+	cr_assert_eq(rig_qp_receive_batch(f->qp, p, 1), -ENOSPC);
+	cr_assert_eq(f->ring[RIG_RECEIVE].nreq, RIG_RING_ENTRIES);
+
+	post_one(RIG_SEND, 13);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_LOC_PROT_ERR);
+	why = expect(RIG_SEND, -EFAULT, 0);
+	cr_assert_eq(rig_qp_receive(f->qp, &f->r, 0, 1), -ENOSPC);
+	expect_room(RIG_RECEIVE, 0);
+	expect_failed(RIG_RECEIVE, 1, -EFAULT, why);
+	expect_room(RIG_RECEIVE, 1);
+	post_one(RIG_RECEIVE, 1);
+	expect_room(RIG_RECEIVE, 0);
+	expect_failed(RIG_RECEIVE, RIG_RING_ENTRIES, -EFAULT, why);
+	expect_none(RIG_RECEIVE);
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES);
+	cr_assert_eq(f->ring[RIG_RECEIVE].nreq, RIG_RING_ENTRIES);
+}
+
+/* ---------------------------------------------------- generated orders */
+
+/*
+ * Every script of up to 6 CQEs over 3 sends and 3 receives: each ring's
+ * CQEs are successes, then at most one error, then flushes (one error in
+ * all: the first failure leaves none for a second), interleaved in every
+ * order; the application polls one ring, the other or neither before the
+ * first CQE and after each one, then takes all it can, starting with
+ * either ring. The model checks each completion as it is taken:
+ *   - Q2, T1: a ring's completions come in entry order; an entry whose
+ *     success CQE the library read succeeds with its bytes;
+ *   - F3, F6: once any error or flush is written, every entry completes,
+ *     whether the NIC writes its CQE or not; an entry completed by the
+ *     library itself (its ring's CQ held nothing for it when polled)
+ *     ignores the CQE written for it later, and so do those after it;
+ *   - F3: a failed completion carries the failure's error: -ECANCELED
+ *     while no error CQE was written; the error's own entry, and every one
+ *     taken after a completion carried it, the real one; -ECANCELED is
+ *     only possible if a flush was written before the error;
+ *   - rig_qp_failure agrees with the last failed completion; no success
+ *     on a ring after one of its failures; rig_qp_room at every step.
+ */
+#define GEN_ENTRIES 3			/* per ring */
+#define GEN_CQES (2 * GEN_ENTRIES)
+/* A ring with len CQEs has 2 len + 1 scripts. */
+#define GEN_RING_SCRIPTS ((GEN_ENTRIES + 1) * (GEN_ENTRIES + 1))
+
+static const enum ibv_wc_status gen_status[2] = { IBV_WC_RETRY_EXC_ERR,
+						  IBV_WC_LOC_LEN_ERR };
+static const int gen_error[2] = { -ETIMEDOUT, -EMSGSIZE };
+
+struct gen {
+	/* the script */
+	int ncqe;
+	enum rig_side ring[GEN_CQES];
+	char kind[GEN_CQES];		/* 's'uccess, 'e'rror or 'f'lush */
+	char poll[GEN_CQES + 1];	/* before CQE 0, after each: '-', 'S', 'R' */
+	enum rig_side drain;		/* the ring the final drain starts with */
+	/* the model */
+	char entry[2][GEN_ENTRIES];	/* the kind of CQE written for each entry */
+	int written[2], taken[2];
+	int self_from[2];		/* first entry the library completes itself, or -1 */
+	bool failed_seen[2];
+	bool indicator;			/* an error or flush was written */
+	bool error_written;
+	bool flush_first;		/* a flush was written before the error */
+	int real, real_status;		/* the script's error CQE, if any */
+	bool real_seen;
+	const char *why[2];		/* seen with -ECANCELED, with the real error */
+	char msg[160];
+};
+
+static uint32_t gen_bytes(enum rig_side side, int k)
+{
+	return side == RIG_SEND ? 10 + k : 20 + k;
+}
+
+static int gen_fail(struct gen *g, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int gen_fail(struct gen *g, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(g->msg, sizeof(g->msg), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static int gen_check_room(struct gen *g)
+{
+	int side;
+
+	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
+		if (rig_qp_room(f->qp, side) !=
+		    RIG_RING_ENTRIES - (GEN_ENTRIES - g->taken[side]))
+			return gen_fail(g, "%s ring: room %d with %d taken",
+					ring_name[side], rig_qp_room(f->qp, side),
+					g->taken[side]);
+	}
+	return 0;
+}
+
+/* The errors a failed completion of entry @j may carry. */
+static bool gen_error_ok(const struct gen *g, enum rig_side side, int j,
+			 bool self, int error)
+{
+	if (!g->error_written)
+		return error == -ECANCELED;
+	if ((!self && g->entry[side][j] == 'e') || g->real_seen || !g->flush_first)
+		return error == g->real;
+	return error == -ECANCELED || error == g->real;
+}
+
+/* Polls @side once: 1 if it took a completion, 0 if none, -1 if the
+ * library and the model disagree. */
+static int gen_poll(struct gen *g, enum rig_side side)
+{
+	int j = g->taken[side], want, ret, st, seen;
+	struct rig_completion c;
+	bool self;
+
+	if (j == GEN_ENTRIES) {
+		want = 0;
+	} else if (g->self_from[side] >= 0 || j < g->written[side]) {
+		want = 1;
+	} else if (g->indicator) {
+		/* F6: the library completes this one and all after it. */
+		want = 1;
+		g->self_from[side] = j;
+	} else {
+		want = 0;
+	}
+	ret = rig_qp_poll(f->qp, side, &c);
+	if (ret != want)
+		return gen_fail(g, "%s poll for entry %d gave %d, not %d",
+				ring_name[side], j, ret, want);
+	if (!ret)
+		return gen_check_room(g);
+	g->taken[side]++;
+	self = g->self_from[side] >= 0 && j >= g->self_from[side];
+	if (!self && g->entry[side][j] == 's') {
+		if (g->failed_seen[side])
+			return gen_fail(g, "%s entry %d: a success after a failure",
+					ring_name[side], j);
+		if (c.error || c.bytes != gen_bytes(side, j) || c.why)
+			return gen_fail(g, "%s entry %d: error %d, %u bytes, not a success of %u",
+					ring_name[side], j, c.error, c.bytes,
+					gen_bytes(side, j));
+		return gen_check_room(g) ? -1 : 1;
+	}
+	g->failed_seen[side] = true;
+	if (!gen_error_ok(g, side, j, self, c.error) || !c.why)
+		return gen_fail(g, "%s entry %d (%s): error %d",
+				ring_name[side], j, self ? "the library's" : "the NIC's",
+				c.error);
+	seen = c.error == g->real;
+	g->real_seen |= seen;
+	if (!g->why[seen])
+		g->why[seen] = c.why;
+	if (c.why != g->why[seen])
+		return gen_fail(g, "%s entry %d: another reason for error %d",
+				ring_name[side], j, c.error);
+	if (rig_qp_failure(f->qp, &st) != c.error ||
+	    st != (seen ? g->real_status : IBV_WC_WR_FLUSH_ERR))
+		return gen_fail(g, "rig_qp_failure %d (status %d) after a completion with %d",
+				rig_qp_failure(f->qp, NULL), st, c.error);
+	return gen_check_room(g) ? -1 : 1;
+}
+
+static void gen_write(struct gen *g, int i)
+{
+	enum rig_side side = g->ring[i];
+	int k = g->written[side]++;
+
+	g->entry[side][k] = g->kind[i];
+	switch (g->kind[i]) {
+	case 's':
+		if (side == RIG_SEND)
+			fake_complete(f, side, 1, IBV_WC_SUCCESS);
+		else
+			fake_message(f, gen_bytes(side, k));
+		return;
+	case 'e':
+		fake_complete(f, side, 1, gen_status[side]);
+		g->error_written = true;
+		break;
+	default:
+		fake_complete(f, side, 1, IBV_WC_WR_FLUSH_ERR);
+		g->flush_first |= !g->error_written;
+		break;
+	}
+	g->indicator = true;
+}
+
+static int gen_step(struct gen *g, char poll)
+{
+	if (poll == '-')
+		return 0;
+	return gen_poll(g, poll == 'S' ? RIG_SEND : RIG_RECEIVE) < 0 ? -1 : 0;
+}
+
+/* Takes what is left, ring after ring, until neither gives any. */
+static int gen_drain(struct gen *g)
+{
+	enum rig_side side = g->drain;
+	int idle, took, ret;
+
+	for (idle = 0; idle < 2; side = !side) {
+		took = 0;
+		while ((ret = gen_poll(g, side)) == 1)
+			took = 1;
+		if (ret < 0)
+			return -1;
+		idle = took ? 0 : idle + 1;
+	}
+	return 0;
+}
+
+static int gen_end(struct gen *g)
+{
+	int side, want = 0, st, wst = -1;
+	struct rig_completion c;
+
+	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
+		if (g->taken[side] != (g->indicator ? GEN_ENTRIES : g->written[side]))
+			return gen_fail(g, "%s ring: %d taken in the end",
+					ring_name[side], g->taken[side]);
+	}
+	if (g->indicator) {
+		want = g->real_seen ? g->real : -ECANCELED;
+		wst = g->real_seen ? g->real_status : IBV_WC_WR_FLUSH_ERR;
+	}
+	if (rig_qp_failure(f->qp, &st) != want || st != wst)
+		return gen_fail(g, "rig_qp_failure %d (status %d) in the end, not %d",
+				rig_qp_failure(f->qp, NULL), st, want);
+	if (!g->indicator)
+		return 0;
+	/* F5: a failed queue pair takes posts and fails them. */
+	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
+		if ((side == RIG_SEND ? rig_qp_send(f->qp, &f->r, 0, 1)
+				      : rig_qp_receive(f->qp, &f->r, 0, 1)) ||
+		    f->ring[side].nreq != GEN_ENTRIES ||
+		    rig_qp_poll(f->qp, side, &c) != 1 || c.error != want ||
+		    rig_qp_poll(f->qp, side, &c) != 0)
+			return gen_fail(g, "%s ring: a post after the failure",
+					ring_name[side]);
+	}
+	return 0;
+}
+
+static int gen_run(struct gen *g)
+{
+	int i, k;
+
+	fake_reset(f);
+	for (k = 0; k < GEN_ENTRIES; k++) {
+		if (rig_qp_send(f->qp, &f->r, 0, gen_bytes(RIG_SEND, k)) ||
+		    rig_qp_receive(f->qp, &f->r, 0, 40 + k))
+			return gen_fail(g, "post %d refused: %s", k, rig_errmsg());
+	}
+	memset(g->entry, 0, sizeof(g->entry));
+	g->written[0] = g->written[1] = g->taken[0] = g->taken[1] = 0;
+	g->self_from[0] = g->self_from[1] = -1;
+	g->failed_seen[0] = g->failed_seen[1] = false;
+	g->indicator = g->error_written = g->flush_first = g->real_seen = false;
+	g->why[0] = g->why[1] = NULL;
+	if (gen_step(g, g->poll[0]))
+		return -1;
+	for (i = 0; i < g->ncqe; i++) {
+		gen_write(g, i);
+		if (gen_check_room(g) || gen_step(g, g->poll[i + 1]))
+			return -1;
+	}
+	return gen_drain(g) || gen_end(g) ? -1 : 0;
+}
+
+/* Fails the test, naming the script and where the model disagreed. */
+static void gen_report(const struct gen *g)
+{
+	char s[128];
+	int i, n = 0;
+
+	n += snprintf(s + n, sizeof(s) - n, "polls %c", g->poll[0]);
+	for (i = 0; i < g->ncqe; i++)
+		n += snprintf(s + n, sizeof(s) - n, " %c:%c %c", "SR"[g->ring[i]],
+			      g->kind[i], g->poll[i + 1]);
+	cr_assert_fail("CQEs and %s, drain from %s: %s", s, ring_name[g->drain], g->msg);
+}
+
+/* Runs every poll schedule and drain order of the interleaving in @g;
+ * returns how many. */
+static int gen_polls(struct gen *g)
+{
+	int schedules = 1, i, s, x, runs = 0;
+
+	for (i = 0; i <= g->ncqe; i++)
+		schedules *= 3;
+	for (s = 0; s < schedules; s++) {
+		for (i = 0, x = s; i <= g->ncqe; i++, x /= 3)
+			g->poll[i] = "-SR"[x % 3];
+		for (g->drain = RIG_SEND; g->drain <= RIG_RECEIVE; g->drain++, runs++) {
+			if (gen_run(g))
+				gen_report(g);
+		}
+	}
+	return runs;
+}
+
+/* The CQE kinds of one ring: successes, at most one error, flushes. */
+static int gen_ring_scripts(char out[][GEN_ENTRIES + 1])
+{
+	int len, e, a, n = 0;
+
+	for (len = 0; len <= GEN_ENTRIES; len++) {
+		for (e = 0; e <= (len > 0); e++) {
+			for (a = 0; a + e <= len; a++) {
+				memset(out[n], 'f', len);
+				memset(out[n], 's', a);
+				if (e)
+					out[n][a] = 'e';
+				out[n++][len] = 0;
+			}
+		}
+	}
+	return n;
+}
+
+Test(replay, Q1_Q2_T1_F3_F5_F6_every_order_of_up_to_6_cqes, .timeout = 120)
+{
+	char ring[2][GEN_RING_SCRIPTS][GEN_ENTRIES + 1];
+	int n, a, b, mask, i, ka, kb, runs = 0;
+	struct gen g;
+
+	n = gen_ring_scripts(ring[RIG_SEND]);
+	gen_ring_scripts(ring[RIG_RECEIVE]);
+	for (a = 0; a < n; a++) {
+		for (b = 0; b < n; b++) {
+			int ls = (int)strlen(ring[RIG_SEND][a]);
+			int lr = (int)strlen(ring[RIG_RECEIVE][b]);
+
+			if (strchr(ring[RIG_SEND][a], 'e') && strchr(ring[RIG_RECEIVE][b], 'e'))
+				continue;
+			g.ncqe = ls + lr;
+			g.real = strchr(ring[RIG_SEND][a], 'e') ? gen_error[RIG_SEND]
+								: gen_error[RIG_RECEIVE];
+			g.real_status = strchr(ring[RIG_SEND][a], 'e') ? gen_status[RIG_SEND]
+								       : gen_status[RIG_RECEIVE];
+			/* Each bit of mask: the next CQE is the send ring's. */
+			for (mask = 0; mask < 1 << g.ncqe; mask++) {
+				if (__builtin_popcount(mask) != ls)
+					continue;
+				for (i = ka = kb = 0; i < g.ncqe; i++) {
+					g.ring[i] = mask & (1 << i) ? RIG_SEND : RIG_RECEIVE;
+					g.kind[i] = mask & (1 << i) ? ring[RIG_SEND][a][ka++]
+								    : ring[RIG_RECEIVE][b][kb++];
+				}
+				runs += gen_polls(&g);
+			}
+		}
+	}
+	cr_log_info("%d runs", runs);
+}
