@@ -3,6 +3,7 @@
  * The test bed itself, with raw libibverbs and no rig code: two RC queue
  * pairs connect over the device (in the two-host topology, one on each
  * device, so the packets cross the veth) and a message arrives intact.
+ * Then the first rig call on the bed: opening the device under test.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -117,4 +118,21 @@ Test(bed, raw_verbs_send_arrives_intact)
 	cr_assert_eq(wc.opcode, IBV_WC_RECV);
 	cr_assert_eq(wc.byte_len, 3000);
 	cr_assert_arr_eq(b.buf, a.buf, 3000);
+}
+
+/*
+ * C1: rig_errmsg() is the message of this thread's last failed rig call,
+ * so a rig_nic_open that succeeds (the first rig call of this process)
+ * leaves none behind, whatever it met on the way.
+ */
+Test(bed, C1_nic_open_leaves_no_message)
+{
+	struct rig_nic *nic = NULL;
+	int ret;
+
+	ret = rig_nic_open(t_dev(), &nic);
+	cr_assert_eq(ret, 0, "rig_nic_open(%s): %d %s", t_dev() ? t_dev() : "NULL", ret,
+		     rig_errmsg());
+	cr_assert_str_eq(rig_errmsg(), "no error");
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
 }

@@ -190,6 +190,58 @@ Test(event, F1_QP_ACCESS_ERR_fails_that_queue_pair)
 	in_child(qp_event_child);
 }
 
+/*
+ * F1, F3: a failure known only as "flushed" gives way to its real reason
+ * when that comes later. A bare flush taken before any reason is known is
+ * reported as -ECANCELED ("flushed without saying why"); an async event
+ * (or an error completion) found afterwards replaces that record, and the
+ * entries taken from then on carry the event's error, as does
+ * rig_qp_failure().
+ *
+ * The order is bnxt_re's: it writes its flush completions inside
+ * ibv_get_async_event() (the provider's async-event hook), before rig has
+ * recorded the event, so a poll in between takes a flush first. rxe cannot
+ * produce it: it raises no async event for any queue-pair failure. So the
+ * test builds the order itself: it moves a's QP to ERR with a raw
+ * ibv_modify_qp (what rig never does), which makes rxe flush a's
+ * receives, takes one flush, and only then injects QP_FATAL for a.
+ */
+static void late_reason_child(void)
+{
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+	struct rig_completion c;
+	double end;
+	int i, ret, status;
+
+	alarm(60);	/* a hang fails the test (SIGALRM), it does not stall it */
+	child_pair();
+	for (i = 0; i < 4; i++)
+		CHECK(rig_qp_receive(a, buf.r, i * 64, 64) == 0, "%s", rig_errmsg());
+	CHECK(ibv_modify_qp(a->ibqp, &attr, IBV_QP_STATE) == 0, "->ERR");
+	/* rxe flushes from a kernel task, after the state change. */
+	end = t_now_ms() + 5000;
+	while (!(ret = rig_qp_poll(a, RIG_RECEIVE, &c)))
+		CHECK(t_now_ms() < end, "no flush of a's receives within 5 s");
+	CHECK(ret == 1 && c.error == -ECANCELED, "first receive: %d, error %d (%s)", ret,
+	      c.error, c.why ? c.why : "no reason");
+	CHECK(rig_qp_failure(a, &status) == -ECANCELED && status == IBV_WC_WR_FLUSH_ERR,
+	      "before the event: status %d", status);
+
+	inject((uintptr_t)a->ibqp, IBV_EVENT_QP_FATAL);
+	CHECK(rig_nic_events(nic) == 1, "events: %s", rig_errmsg());
+	expect_failed(a, RIG_RECEIVE, 3, -EIO, "QP_FATAL");
+	CHECK(rig_qp_failure(a, &status) == -EIO && status == -1,
+	      "rig_qp_failure after the event: %d, status %d", rig_qp_failure(a, NULL), status);
+	/* F5: and so does a post made afterwards. */
+	CHECK(rig_qp_send(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
+	expect_failed(a, RIG_SEND, 1, -EIO, "QP_FATAL");
+}
+
+Test(event, F1_F3_late_event_replaces_bare_flush)
+{
+	in_child(late_reason_child);
+}
+
 /* F6: DEVICE_FATAL fails every queue pair of the NIC, and entries the NIC
  * will never complete (receives with no sender) complete with its error. */
 static void device_fatal_child(void)

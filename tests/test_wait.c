@@ -2,10 +2,21 @@
 #define _GNU_SOURCE
 /* rig_qp_wait on the device (SPEC T2). */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -237,4 +248,203 @@ Test(wait, T2_idle_wait_burns_no_core, .init = pair_setup, .fini = pair_teardown
 		 (r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) / 1e3;
 	cr_log_info("idle 2 s wait used %.2f ms of CPU", cpu_ms);
 	cr_assert_lt(cpu_ms, 100.0, "a 2 s idle wait used %.1f ms of CPU", cpu_ms);
+}
+
+/* The fds this process has open (the directory's own included, the same
+ * on every call). */
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert_not_null(d);
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+struct one_sleep {
+	struct rig_qp *qp;
+	int ret;
+	char msg[256];
+};
+
+static void *sleep_once(void *arg)
+{
+	struct one_sleep *s = arg;
+	struct rig_completion c;
+
+	s->ret = rig_qp_wait(s->qp, RIG_RECEIVE, 20000, &c);
+	snprintf(s->msg, sizeof(s->msg), "%s", rig_errmsg());
+	return NULL;
+}
+
+/*
+ * T2: a thread that slept in rig_qp_wait leaves nothing behind when it
+ * exits. Each sleeping thread gets an io_uring and an eventfd of its own;
+ * 100 threads, one after another, each sleep once (a 20 ms bound, far past
+ * the 50 us spin, on a receive nobody sends to) and exit. The queue pair
+ * passes from thread to thread (one at a time, C3); it is made before the
+ * count, so only what the sleeps took can differ.
+ */
+Test(wait, T2_exited_sleepers_leave_no_fd, .init = pair_setup,
+     .fini = pair_teardown, .timeout = 120)
+{
+	enum { THREADS = 100 };
+	struct one_sleep s = { a, -1, "" };
+	int before, after, i;
+
+	cr_assert_eq(rig_qp_receive(a, dst.r, 0, 64), 0);
+	before = count_fds();
+	for (i = 0; i < THREADS; i++) {
+		pthread_t t;
+
+		s.ret = -1;
+		cr_assert_eq(pthread_create(&t, NULL, sleep_once, &s), 0);
+		cr_assert_eq(pthread_join(t, NULL), 0);
+		cr_assert_eq(s.ret, 0, "thread %d: rig_qp_wait %d (%s), expected 0 at the bound",
+			     i, s.ret, s.msg);
+	}
+	after = count_fds();
+	cr_assert_eq(after, before, "%d threads that slept once left %d fds open",
+		     THREADS, after - before);
+	cr_assert_eq(rig_qp_room(a, RIG_RECEIVE), RIG_RING_ENTRIES - 1, "the entry is still due");
+}
+
+/* ---- a sleep whose io_uring_enter fails ------------------------------- */
+
+/* Child processes report through shared memory, as in test_event.c. */
+struct child_report {
+	char msg[512];
+};
+
+static struct child_report *crep;
+
+#define CHECK(cond, ...)                                                       \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			int o = snprintf(crep->msg, sizeof(crep->msg),         \
+					 "%s:%d: %s: ", __FILE__, __LINE__,    \
+					 #cond);                               \
+			snprintf(crep->msg + o, sizeof(crep->msg) - o, __VA_ARGS__); \
+			_exit(1);                                              \
+		}                                                              \
+	} while (0)
+
+/* Runs @fn in a child process; fails the test with the child's message,
+ * or with the signal that ended it. */
+static void in_child(void (*fn)(void))
+{
+	int status;
+	pid_t pid;
+
+	crep = mmap(NULL, sizeof(*crep), PROT_READ | PROT_WRITE,
+		    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(crep, MAP_FAILED);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		alarm(60);	/* a hang ends in SIGALRM, not a stalled suite */
+		fn();
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(!WIFSIGNALED(status), "the child was killed by signal %d (%s)%s%s",
+		  WTERMSIG(status), strsignal(WTERMSIG(status)),
+		  crep->msg[0] ? ": " : "", crep->msg);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child exited with %d: %s",
+		  WEXITSTATUS(status), crep->msg);
+	munmap(crep, sizeof(*crep));
+}
+
+#if defined(__x86_64__)
+#define T_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define T_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+#ifdef T_AUDIT_ARCH
+/*
+ * From here on, io_uring_enter fails with ENOMEM whenever it would submit
+ * 3 entries or more: the 3 polls (completion channel, eventfd, async fd)
+ * a sleep of rig_qp_wait submits in one enter, plus any that an earlier
+ * failed enter left queued. Every other system call, and every smaller
+ * enter (a cleanup's), goes through. (args[1], to_submit, is an unsigned
+ * int: its low word, first on a little-endian machine.)
+ */
+static void fail_enters_of_3_or_more(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, T_AUDIT_ARCH, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_enter, 0, 3),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
+		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 3, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOMEM & SECCOMP_RET_DATA)),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { sizeof(f) / sizeof(f[0]), f };
+
+	CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "PR_SET_NO_NEW_PRIVS: %m");
+	CHECK(syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0, "seccomp: %m");
+}
+
+static void enter_fails_child(void)
+{
+	struct rig_completion c;
+	struct rig_qp *q, *p;
+	struct rig_nic *n;
+	struct rig_region *r;
+	static uint8_t mem[4096];
+	int i, ret;
+
+	CHECK(rig_nic_open(t_dev(), &n) == 0, "%s", rig_errmsg());
+	CHECK(rig_qp_make(n, &q) == 0 && rig_qp_make(n, &p) == 0, "%s", rig_errmsg());
+	{
+		struct rig_endpoint eq, ep;
+
+		rig_qp_endpoint(q, &eq);
+		rig_qp_endpoint(p, &ep);
+		CHECK(rig_qp_connect(q, &ep) == 0 && rig_qp_connect(p, &eq) == 0, "%s",
+		      rig_errmsg());
+	}
+	CHECK(rig_region_register(n, mem, sizeof(mem), &r) == 0, "%s", rig_errmsg());
+	CHECK(rig_qp_receive(q, r, 0, 64) == 0, "%s", rig_errmsg());
+	fail_enters_of_3_or_more();
+	for (i = 0; i < 8; i++) {
+		/* What the parent reports if a signal ends this child. */
+		snprintf(crep->msg, sizeof(crep->msg), "in wait %d of 8", i);
+		/* A bound long enough that every wait gets past its spin to the
+		 * sleep, however the emulated guest stalls it; the failed enter
+		 * returns at once. */
+		ret = rig_qp_wait(q, RIG_RECEIVE, 2000000, &c);
+		CHECK(ret == -ENOMEM, "wait %d: %d (%s), expected -ENOMEM", i, ret, rig_errmsg());
+		CHECK(strstr(rig_errmsg(), "io_uring"),
+		      "wait %d: the message does not name io_uring: %s", i, rig_errmsg());
+	}
+	CHECK(rig_qp_room(q, RIG_RECEIVE) == RIG_RING_ENTRIES - 1, "the entry is still due");
+	crep->msg[0] = 0;
+}
+#endif
+
+/*
+ * T2, C1: a sleep whose io_uring_enter fails reports it (-ENOMEM, and
+ * rig_errmsg() names io_uring) and leaves no poll queued behind: the next
+ * waits fail the same way, each on its own 3 polls, instead of finding the
+ * submission queue filling up with polls no enter took until a sleep gets
+ * no SQE at all. A seccomp filter makes the enters fail; it is in a child
+ * process because a filter cannot be removed.
+ */
+Test(wait, T2_failed_sleep_reports_ENOMEM_every_time)
+{
+#ifdef T_AUDIT_ARCH
+	in_child(enter_fails_child);
+#else
+	cr_skip_test("no seccomp audit arch for this machine in the test");
+#endif
 }
