@@ -45,6 +45,14 @@ static const char *netdev(void)
 	return n ? n : "veth0";
 }
 
+/* rxe1's netdev, the other end of the veth pair. */
+static const char *peer_netdev(void)
+{
+	const char *n = getenv("RIG_TEST_PEER_NETDEV");
+
+	return n ? n : "veth1";
+}
+
 /* Runs @cmd in the VM, ignoring its status: for restoring in fini, which
  * must not assert. */
 static void sh_quiet(const char *cmd)
@@ -54,13 +62,14 @@ static void sh_quiet(const char *cmd)
 	(void)ret;
 }
 
-/* No qdisc on veth0. Cheap and harmless when there is none: every test
- * does it first, in case a crashed test (no fini) left the wire cut. */
+/* No qdisc on either end. Cheap and harmless when there is none: every
+ * test does it first, in case a crashed test (no fini) left the wire cut. */
 static void wire_unblock(void)
 {
 	char cmd[256];
 
-	snprintf(cmd, sizeof(cmd), "tc qdisc del dev %s root 2>/dev/null", netdev());
+	snprintf(cmd, sizeof(cmd), "tc qdisc del dev %s root 2>/dev/null; "
+		 "tc qdisc del dev %s root 2>/dev/null", netdev(), peer_netdev());
 	sh_quiet(cmd);
 }
 
@@ -71,18 +80,23 @@ static void wire_restore(void)
 {
 	char cmd[256];
 
-	snprintf(cmd, sizeof(cmd),
-		 "tc qdisc del dev %s root 2>/dev/null; ip neigh flush dev %s",
-		 netdev(), netdev());
+	wire_unblock();
+	snprintf(cmd, sizeof(cmd), "ip neigh flush dev %s; ip neigh flush dev %s",
+		 netdev(), peer_netdev());
 	sh_quiet(cmd);
 }
 
-/* Every packet rxe0 sends is lost, ARP included; and the neighbour cache
- * forgets rxe1's MAC, so that resolving it again needs the (lost) ARP. */
+/* Every packet either end sends is lost, ARP included, and both neighbour
+ * caches forget the other's MAC, so that resolving it again needs the
+ * (lost) ARP. Both directions: an ARP reply to a request sent before the
+ * cut, from a test before this one, must not teach the cache again after
+ * the flush (a busy machine once let a connect through that way). */
 static void wire_cut(void)
 {
 	t_sh("tc qdisc add dev %s root netem loss 100%%", netdev());
+	t_sh("tc qdisc add dev %s root netem loss 100%%", peer_netdev());
 	t_sh("ip neigh flush dev %s", netdev());
+	t_sh("ip neigh flush dev %s", peer_netdev());
 }
 
 /* ---- fixture: one rig NIC per host ------------------------------------- */
