@@ -404,12 +404,14 @@ Test(fail, F6_quiet_receive_ring_gets_the_failure, .init = pair_setup,
 }
 
 /*
- * M3, RNR. A's send goes out 250 ms before B posts the receive it needs;
- * the send waits (its ring polls empty the whole time) and then succeeds,
- * its bytes intact. 250 ms, not more: Soft-RoCE counts an RNR wait against
- * the transport retries and so caps it at ~475 ms (SPEC M3).
+ * M3, RNR. A's send goes out 100 ms before B posts the receive it needs;
+ * the send waits (its ring polls empty the whole time: a dozen RNR
+ * resends, 8 ms apart on Soft-RoCE) and then succeeds, its bytes intact.
+ * 100 ms, not more: Soft-RoCE counts an RNR wait against the transport
+ * retries and so caps it at ~475 ms (SPEC M3), and on a busy machine the
+ * receive may be posted well after the 100 ms.
  */
-Test(fail, M3_rnr_send_250ms_before_receive_succeeds, .init = pair_setup,
+Test(fail, M3_rnr_send_100ms_before_receive_succeeds, .init = pair_setup,
      .fini = pair_teardown, .timeout = 60)
 {
 	static const struct t_want ok[] = { OK(1000) };
@@ -419,16 +421,17 @@ Test(fail, M3_rnr_send_250ms_before_receive_succeeds, .init = pair_setup,
 
 	memset(bbuf.mem, 0, 1000);
 	t_send(a, &abuf, 0, 1000);
-	t_expect_nothing(a, RIG_SEND, 250);
+	t_expect_nothing(a, RIG_SEND, 100);
 	t0 = t_now_ms();
 	t_receive(b, &bbuf, 0, 4096);
 	t_take_seq(b, RIG_RECEIVE, ok, 1, &why, "B's receive ring");
 	/* The min RNR timer sets how soon the waiting send tries again:
-	 * rig's 12 is 0.64 ms (Soft-RoCE rounds it to its 8 ms period);
-	 * 0 would be 655 ms. */
+	 * rig's 12 is 0.64 ms (Soft-RoCE rounds it to its 8 ms period,
+	 * measured 8.7-12.4 ms); 0 would be 655 ms. The bound tells the two
+	 * apart with room for a busy machine, and no more. */
 	ms = t_now_ms() - t0;
 	cr_log_info("the send landed %.1f ms after its receive was posted", ms);
-	cr_assert_lt(ms, 100.0, "the send landed %.1f ms after its receive", ms);
+	cr_assert_lt(ms, 400.0, "the send landed %.1f ms after its receive", ms);
 	t_take_seq(a, RIG_SEND, ok, 1, &why, "A's send ring");
 	cr_assert_arr_eq(bbuf.mem, abuf.mem, 1000, "the message is not intact");
 }

@@ -56,9 +56,11 @@ Test(wait, T2_einval, .init = pair_setup, .fini = pair_teardown)
 	cr_assert_eq(rig_qp_room(a, RIG_RECEIVE), RIG_RING_ENTRIES - 1);
 }
 
-/* T2: with nothing coming, wait returns 0 at its bound. Tolerance: the
- * kernel's timer slack (50 us) plus the emulated guest's scheduling; we
- * allow 25 ms late and nothing early. */
+/* T2: with nothing coming, wait returns 0 at its bound: nothing early.
+ * Late: the kernel's timer slack (50 us), then however long a busy host
+ * keeps the emulated guest's thread from running, which is not the
+ * library's to bound. 100 ms still catches a wait that sleeps through
+ * its bound once more (200 ms late at the 200 ms bound). */
 Test(wait, T2_returns_0_at_the_bound, .init = pair_setup, .fini = pair_teardown)
 {
 	struct rig_completion c;
@@ -73,7 +75,7 @@ Test(wait, T2_returns_0_at_the_bound, .init = pair_setup, .fini = pair_teardown)
 		dt = t_now_ms() - t0;
 		cr_log_info("wait(%ld us) returned 0 after %.3f ms", (long)bounds_us[i], dt);
 		cr_assert_geq(dt, bounds_us[i] / 1000.0, "woke early: %.3f ms", dt);
-		cr_assert_leq(dt, bounds_us[i] / 1000.0 + 25, "woke late: %.3f ms for %ld us",
+		cr_assert_leq(dt, bounds_us[i] / 1000.0 + 100, "woke late: %.3f ms for %ld us",
 			      dt, (long)bounds_us[i]);
 	}
 	cr_assert_eq(rig_qp_room(a, RIG_RECEIVE), RIG_RING_ENTRIES - 1, "the entry is still due");
