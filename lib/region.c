@@ -27,6 +27,12 @@
 _Static_assert(sizeof(struct rig__region) <= RIG_HANDLE_SIZE,
 	       "a region's handle fits its slot of the arena");
 
+/* LeakSanitizer looks for pointers in the heap, stacks and globals, not in
+ * memory the program maps itself: it is told that the arena holds some
+ * (each live region's ibv_mr), when it is in the process. */
+void __lsan_register_root_region(const void *p, size_t size) __attribute__((weak));
+void __lsan_unregister_root_region(const void *p, size_t size) __attribute__((weak));
+
 /* A new handle, under the NIC's lock; NULL with rig_errmsg() set. */
 static struct rig__region *handle_new(struct rig_nic *nic)
 {
@@ -41,6 +47,8 @@ static struct rig__region *handle_new(struct rig_nic *nic)
 			rig__fail(errno, "rig_region_register: mmap: %s", strerror(errno));
 			return NULL;
 		}
+		if (__lsan_register_root_region)
+			__lsan_register_root_region(h->base, RIG_HANDLE_SPACE);
 	}
 	if (at + RIG_HANDLE_SIZE > RIG_HANDLE_SPACE) {
 		rig__fail(ENOMEM, "rig_region_register: %s has used all its %llu region handles; close and reopen it",
@@ -78,8 +86,11 @@ static void handle_dead(struct rig_nic *nic, struct rig__region *reg)
 
 void rig__regions_free(struct rig_nic *nic)
 {
-	if (nic->handles.base)
-		munmap(nic->handles.base, RIG_HANDLE_SPACE);
+	if (!nic->handles.base)
+		return;
+	if (__lsan_unregister_root_region)
+		__lsan_unregister_root_region(nic->handles.base, RIG_HANDLE_SPACE);
+	munmap(nic->handles.base, RIG_HANDLE_SPACE);
 }
 
 RIG_EXPORT __cold int rig_region_register(struct rig_nic *nic, void *addr,
