@@ -49,6 +49,27 @@ const char *__asan_default_options(void)
 {
 	return "quarantine_size_mb=0:thread_local_quarantine_size_kb=0";
 }
+
+/*
+ * Even so, ASan's own runtime grew the resident set by 6.4 MiB over the
+ * rounds on a busy machine, with the heap flat (an ASan soak saw the
+ * same). Under ASan the test weighs the heap in use instead; the plain
+ * build weighs the resident set, which also shows the handle arena's
+ * pages going back to the kernel.
+ */
+size_t __sanitizer_get_current_allocated_bytes(void);
+static long memory_kib(void)
+{
+	return (long)(__sanitizer_get_current_allocated_bytes() / 1024);
+}
+#define MEMORY "the heap in use"
+#else
+static long resident_kib(void);
+static long memory_kib(void)
+{
+	return resident_kib();
+}
+#define MEMORY "the resident set"
 #endif
 
 #define LEN 4096		/* each region */
@@ -433,7 +454,7 @@ Test(access, M4_another_handle_of_the_device_reads_nothing)
  * Linux 6.1 folds in only every 64 page faults, an error as large as the
  * bound below.
  */
-static long resident_kib(void)
+static __attribute__((unused)) long resident_kib(void)
 {
 	FILE *f;
 	char line[256];
@@ -480,14 +501,14 @@ Test(region, churn_keeps_memory_flat_P5, .timeout = 300)
 		cr_assert_eq(ret, 0, "round %d: rig_region_deregister: %d %s", i, ret,
 			     rig_errmsg());
 		if (i + 1 == WARM_UP)
-			warm_kib = resident_kib();
+			warm_kib = memory_kib();
 	}
-	end_kib = resident_kib();
-	cr_log_info("resident set after %d rounds: %ld KiB; after %d: %ld KiB; growth %ld KiB",
-		    WARM_UP, warm_kib, ROUNDS, end_kib, end_kib - warm_kib);
+	end_kib = memory_kib();
+	cr_log_info("%s after %d rounds: %ld KiB; after %d: %ld KiB; growth %ld KiB",
+		    MEMORY, WARM_UP, warm_kib, ROUNDS, end_kib, end_kib - warm_kib);
 	cr_assert_lt(end_kib - warm_kib, 256,
-		     "%d register/deregister rounds grew the resident set by %ld KiB",
-		     ROUNDS - WARM_UP, end_kib - warm_kib);
+		     "%d register/deregister rounds grew %s by %ld KiB",
+		     ROUNDS - WARM_UP, MEMORY, end_kib - warm_kib);
 
 	ret = rig_qp_send(a, first, 0, 64);
 	cr_assert_eq(ret, -EINVAL, "a send naming a long-deregistered region: %d", ret);
