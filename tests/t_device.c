@@ -6,12 +6,18 @@
  */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "t_device.h"
 
@@ -266,4 +272,92 @@ void t_sh(const char *fmt, ...)
 	va_end(ap);
 	ret = system(cmd);
 	cr_assert_eq(ret, 0, "'%s' exited %d", cmd, ret);
+}
+
+static char *child_msg;		/* shared with the children */
+#define CHILD_MSG 512
+
+void t_child_report(void)
+{
+	if (!child_msg) {
+		child_msg = mmap(NULL, CHILD_MSG, PROT_READ | PROT_WRITE,
+				 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		cr_assert_neq(child_msg, MAP_FAILED);
+	}
+	child_msg[0] = 0;
+}
+
+void t_child_say(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(child_msg, CHILD_MSG, fmt, ap);
+	va_end(ap);
+}
+
+const char *t_child_msg(void)
+{
+	return child_msg;
+}
+
+void t_child_fail(const char *file, int line, const char *cond, const char *fmt, ...)
+{
+	va_list ap;
+	int o = snprintf(child_msg, CHILD_MSG, "%s:%d: %s: ", file, line, cond);
+
+	va_start(ap, fmt);
+	vsnprintf(child_msg + o, CHILD_MSG - o, fmt, ap);
+	va_end(ap);
+	_exit(1);
+}
+
+void t_in_child(void (*fn)(void))
+{
+	int status;
+	pid_t pid;
+
+	t_child_report();
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		alarm(60);	/* a hang ends in SIGALRM, not a stalled suite */
+		fn();
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(!WIFSIGNALED(status), "the child was killed by signal %d (%s)%s%s",
+		  WTERMSIG(status), strsignal(WTERMSIG(status)),
+		  child_msg[0] ? ": " : "", child_msg);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child exited with %d: %s",
+		  WEXITSTATUS(status), child_msg);
+}
+
+int t_fd_count(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert_not_null(d);
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+long t_resident_kib(void)
+{
+	FILE *f = fopen("/proc/self/smaps_rollup", "r");
+	char line[256];
+	long kib = -1;
+
+	cr_assert_not_null(f, "/proc/self/smaps_rollup: %s", strerror(errno));
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Rss: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	cr_assert_geq(kib, 0, "no Rss line in /proc/self/smaps_rollup");
+	return kib;
 }

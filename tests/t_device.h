@@ -36,6 +36,33 @@ void t_raw_connect(struct ibv_qp *qp, int sgid_index, enum ibv_mtu mtu,
 		   uint32_t psn, uint32_t peer_qpn, uint32_t peer_psn,
 		   const uint8_t peer_gid[16]);
 
+/*
+ * A forked child's verdict. T_CHILD_CHECK fails in the child: it writes
+ * where and why into memory shared with the test, then _exit(1)s, for
+ * Criterion's asserts belong to the test's own process. t_child_report()
+ * readies that memory (before fork); t_child_say() leaves a note there
+ * (where a crash would stop the child); t_child_msg() reads it.
+ * t_in_child() runs @fn in a child (a hang ends by SIGALRM after 60 s) and
+ * fails the test with the child's message, or the signal that ended it.
+ */
+void t_child_report(void);
+void t_child_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *t_child_msg(void);
+void t_child_fail(const char *file, int line, const char *cond, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5), noreturn));
+#define T_CHILD_CHECK(cond, ...)                                               \
+	do {                                                                   \
+		if (!(cond))                                                   \
+			t_child_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);  \
+	} while (0)
+void t_in_child(void (*fn)(void));
+
+/* The fds this process has open; its resident memory in KiB, from
+ * smaps_rollup, which walks the page tables (statm's figure comes from
+ * per-thread counters that Linux 6.1 folds in only every 64 page faults). */
+int t_fd_count(void);
+long t_resident_kib(void);
+
 /* Monotonic milliseconds. */
 double t_now_ms(void);
 

@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,10 +63,9 @@ static long memory_kib(void)
 }
 #define MEMORY "the heap in use"
 #else
-static long resident_kib(void);
 static long memory_kib(void)
 {
-	return resident_kib();
+	return t_resident_kib();
 }
 #define MEMORY "the resident set"
 #endif
@@ -88,23 +86,6 @@ static unsigned access_flags(struct rig_qp *qp)
 
 /* ---- the child: the process whose memory is at stake ------------------ */
 
-struct report {
-	char msg[512];
-};
-
-static struct report *rep;
-
-/* Child-side check: on failure, say where and exit 1. */
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			int o = snprintf(rep->msg, sizeof(rep->msg),           \
-					 "%s:%d: %s: ", __FILE__, __LINE__,    \
-					 #cond);                               \
-			snprintf(rep->msg + o, sizeof(rep->msg) - o, __VA_ARGS__); \
-			_exit(1);                                              \
-		}                                                              \
-	} while (0)
 
 /* Reads exactly @len bytes from @fd within @ms. 0, or -1 at end of file,
  * on an error, or at the bound. */
@@ -172,31 +153,31 @@ static void owner(int rd, int wr)
 	int i;
 
 	alarm(60);	/* a hang ends in SIGALRM, not a stalled suite */
-	CHECK(rig_nic_open(t_dev(), &nic) == 0, "%s", rig_errmsg());
-	CHECK(rig_qp_make(nic, &to_rig) == 0 && rig_qp_make(nic, &to_raw) == 0, "%s",
+	T_CHILD_CHECK(rig_nic_open(t_dev(), &nic) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_qp_make(nic, &to_rig) == 0 && rig_qp_make(nic, &to_raw) == 0, "%s",
 	      rig_errmsg());
 	mem = malloc(LEN);
-	CHECK(mem != NULL, "malloc");
+	T_CHILD_CHECK(mem != NULL, "malloc");
 	for (i = 0; i < LEN; i++)
 		mem[i] = (uint8_t)(i * 13 + 7);
 	memcpy(before, mem, LEN);
-	CHECK(rig_region_register(nic, mem, LEN, &r) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_region_register(nic, mem, LEN, &r) == 0, "%s", rig_errmsg());
 
 	rig_qp_endpoint(to_rig, &o.to_rig);
 	rig_qp_endpoint(to_raw, &o.to_raw);
 	o.addr = (uintptr_t)r->addr;
 	o.rkey = r->rkey;
-	CHECK(write_all(wr, &o, sizeof(o)) == 0, "write the offer: %m");
-	CHECK(read_within(rd, &ans, sizeof(ans), 30000) == 0, "no answer");
-	CHECK(rig_qp_connect(to_rig, &ans.rig) == 0, "%s", rig_errmsg());
-	CHECK(rig_qp_connect(to_raw, &ans.raw) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(write_all(wr, &o, sizeof(o)) == 0, "write the offer: %m");
+	T_CHILD_CHECK(read_within(rd, &ans, sizeof(ans), 30000) == 0, "no answer");
+	T_CHILD_CHECK(rig_qp_connect(to_rig, &ans.rig) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_qp_connect(to_raw, &ans.raw) == 0, "%s", rig_errmsg());
 	g.to_rig = access_flags(to_rig);
 	g.to_raw = access_flags(to_raw);
-	CHECK(write_all(wr, &g, sizeof(g)) == 0, "write the grants: %m");
+	T_CHILD_CHECK(write_all(wr, &g, sizeof(g)) == 0, "write the grants: %m");
 
-	CHECK(read_within(rd, &done, 1, 30000) == 0, "the other process never said done");
-	CHECK(memcmp(mem, before, LEN) == 0, "the region changed");
-	CHECK(rig_nic_close(nic) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(read_within(rd, &done, 1, 30000) == 0, "the other process never said done");
+	T_CHILD_CHECK(memcmp(mem, before, LEN) == 0, "the region changed");
+	T_CHILD_CHECK(rig_nic_close(nic) == 0, "%s", rig_errmsg());
 	free(mem);
 }
 
@@ -299,9 +280,7 @@ Test(access, M4_other_process_on_same_device_reads_nothing, .timeout = 120)
 	int to_child[2], to_parent[2], status, ret, i;
 	pid_t pid;
 
-	rep = mmap(NULL, sizeof(*rep), PROT_READ | PROT_WRITE,
-		   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	cr_assert_neq(rep, MAP_FAILED);
+	t_child_report();
 	cr_assert_eq(pipe(to_child), 0);
 	cr_assert_eq(pipe(to_parent), 0);
 	pid = fork();
@@ -321,7 +300,7 @@ Test(access, M4_other_process_on_same_device_reads_nothing, .timeout = 120)
 	t_buf(&dst, nic, LEN, 4);
 	raw_open(&raw);
 	cr_assert_eq(read_within(to_parent[0], &o, sizeof(o), 30000), 0,
-		     "no offer from the child: %s", rep->msg);
+		     "no offer from the child: %s", t_child_msg());
 	rig_qp_endpoint(qp, &mine);
 	cr_assert(memcmp(mine.gid, o.to_rig.gid, 16) == 0, "the two processes have two GIDs");
 	ans.rig = mine;
@@ -335,7 +314,7 @@ Test(access, M4_other_process_on_same_device_reads_nothing, .timeout = 120)
 		      o.to_raw.gid);
 	/* The child's queue pairs are connected once it says what they grant. */
 	cr_assert_eq(read_within(to_parent[0], &g, sizeof(g), 30000), 0,
-		     "the child did not connect: %s", rep->msg);
+		     "the child did not connect: %s", t_child_msg());
 
 	/* Through rig: refused, nothing posted, nothing written. */
 	memcpy(before, dst.mem, LEN);
@@ -374,10 +353,9 @@ Test(access, M4_other_process_on_same_device_reads_nothing, .timeout = 120)
 	cr_assert_eq(write_all(to_child[1], "d", 1), 0);
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %s",
-		  rep->msg[0] ? rep->msg : "killed");
+		  t_child_msg()[0] ? t_child_msg() : "killed");
 	close(to_child[1]);
 	close(to_parent[0]);
-	munmap(rep, sizeof(*rep));
 	raw_close(&raw);
 	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
 }
@@ -447,28 +425,6 @@ Test(access, M4_another_handle_of_the_device_reads_nothing)
 }
 
 /* ---- P5: deregistered handles cost nothing ---------------------------- */
-
-/*
- * This process's resident memory in KiB. From smaps_rollup, which walks
- * the page tables: statm's figure comes from per-thread counters that
- * Linux 6.1 folds in only every 64 page faults, an error as large as the
- * bound below.
- */
-static __attribute__((unused)) long resident_kib(void)
-{
-	FILE *f;
-	char line[256];
-	long kib = -1;
-
-	f = fopen("/proc/self/smaps_rollup", "r");
-	cr_assert_not_null(f);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "Rss: %ld kB", &kib) == 1)
-			break;
-	fclose(f);
-	cr_assert_geq(kib, 0, "no Rss line in smaps_rollup");
-	return kib;
-}
 
 /*
  * P5: a deregistered region's handle stays safe to pass (a post naming it

@@ -5,7 +5,6 @@
  * the listener is on rxe1 and the dialer on rxe0.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <liburing.h>
 #include <poll.h>
 #include <pthread.h>
@@ -280,22 +279,6 @@ Test(cm, listener_fd_in_io_uring)
 	cr_assert_eq(rig_nic_close(cn), 0);
 }
 
-/* The fds this process has open (the directory's own included, the same
- * on every call). */
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	cr_assert_not_null(d);
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
-
 /*
  * A NIC owns its listeners, as it owns its queue pairs: rig_nic_close with
  * a listener still open closes it too (its rdma_cm id and event channel),
@@ -317,13 +300,13 @@ Test(cm, nic_close_closes_its_listener)
 	cr_assert_eq(rig_listener_close(l), 0, "%s", rig_errmsg());
 	cr_assert_eq(rig_nic_close(n), 0, "%s", rig_errmsg());
 
-	before = count_fds();
+	before = t_fd_count();
 	n = t_nic_open(server_dev());
 	cr_assert_eq(rig_listen(n, server_ip(), port, &l), 0, "%s", rig_errmsg());
-	open_fds = count_fds();
+	open_fds = t_fd_count();
 	cr_assert_gt(open_fds, before);
 	cr_assert_eq(rig_nic_close(n), 0, "%s", rig_errmsg());
-	after = count_fds();
+	after = t_fd_count();
 	cr_assert_eq(after, before,
 		     "rig_nic_close left %d of the %d fds of the NIC and its listener open",
 		     after - before, open_fds - before);

@@ -22,49 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "t_device.h"
-
-struct report {
-	char msg[512];
-};
-
-static struct report *rep;
-
-/* Child-side check: on failure, say where and exit 1. */
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			int o = snprintf(rep->msg, sizeof(rep->msg),           \
-					 "%s:%d: %s: ", __FILE__, __LINE__,    \
-					 #cond);                               \
-			snprintf(rep->msg + o, sizeof(rep->msg) - o, __VA_ARGS__); \
-			_exit(1);                                              \
-		}                                                              \
-	} while (0)
-
-/* Runs @fn in a child process; fails the test with the child's message. */
-static void in_child(void (*fn)(void))
-{
-	int status;
-	pid_t pid;
-
-	rep = mmap(NULL, sizeof(*rep), PROT_READ | PROT_WRITE,
-		   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	cr_assert_neq(rep, MAP_FAILED);
-	pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		fn();
-		_exit(0);
-	}
-	cr_assert_eq(waitpid(pid, &status, 0), pid);
-	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %s",
-		  rep->msg[0] ? rep->msg : "killed");
-}
 
 static int inject_fd = -1;
 
@@ -74,9 +34,9 @@ static void inject_setup(struct ibv_context *ctx)
 {
 	int p[2];
 
-	CHECK(pipe(p) == 0, "pipe");
-	CHECK(fcntl(p[0], F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
-	CHECK(dup2(p[0], ctx->async_fd) == ctx->async_fd, "dup2");
+	T_CHILD_CHECK(pipe(p) == 0, "pipe");
+	T_CHILD_CHECK(fcntl(p[0], F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
+	T_CHILD_CHECK(dup2(p[0], ctx->async_fd) == ctx->async_fd, "dup2");
 	close(p[0]);
 	inject_fd = p[1];
 }
@@ -85,7 +45,7 @@ static void inject(uint64_t element, enum ibv_event_type type)
 {
 	struct ib_uverbs_async_event_desc d = { element, type, 0 };
 
-	CHECK(write(inject_fd, &d, sizeof(d)) == sizeof(d), "write");
+	T_CHILD_CHECK(write(inject_fd, &d, sizeof(d)) == sizeof(d), "write");
 }
 
 static struct rig_nic *nic;
@@ -96,14 +56,14 @@ static void child_pair(void)
 {
 	struct rig_endpoint ea, eb;
 
-	CHECK(rig_nic_open(t_dev(), &nic) == 0, "%s", rig_errmsg());
-	CHECK(rig_qp_make(nic, &a) == 0 && rig_qp_make(nic, &b) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_nic_open(t_dev(), &nic) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_qp_make(nic, &a) == 0 && rig_qp_make(nic, &b) == 0, "%s", rig_errmsg());
 	rig_qp_endpoint(a, &ea);
 	rig_qp_endpoint(b, &eb);
-	CHECK(rig_qp_connect(a, &eb) == 0 && rig_qp_connect(b, &ea) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_qp_connect(a, &eb) == 0 && rig_qp_connect(b, &ea) == 0, "%s", rig_errmsg());
 	buf.len = 1 << 16;
 	buf.mem = calloc(1, buf.len);
-	CHECK(rig_region_register(nic, buf.mem, buf.len, &buf.r) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_region_register(nic, buf.mem, buf.len, &buf.r) == 0, "%s", rig_errmsg());
 	inject_setup(a->ibqp->context);
 }
 
@@ -115,13 +75,13 @@ static void expect_failed(struct rig_qp *qp, enum rig_side side, int n, int erro
 	int i;
 
 	for (i = 0; i < n; i++) {
-		CHECK(rig_qp_poll(qp, side, &c) == 1, "entry %d of the %s ring not complete", i,
+		T_CHILD_CHECK(rig_qp_poll(qp, side, &c) == 1, "entry %d of the %s ring not complete", i,
 		      side == RIG_SEND ? "send" : "receive");
-		CHECK(c.error == error, "entry %d: error %d, want %d", i, c.error, error);
-		CHECK(c.why && strstr(c.why, word), "entry %d: why %s", i, c.why);
+		T_CHILD_CHECK(c.error == error, "entry %d: error %d, want %d", i, c.error, error);
+		T_CHILD_CHECK(c.why && strstr(c.why, word), "entry %d: why %s", i, c.why);
 	}
-	CHECK(rig_qp_poll(qp, side, &c) == 0, "more completions than entries");
-	CHECK(rig_qp_room(qp, side) == RIG_RING_ENTRIES, "room");
+	T_CHILD_CHECK(rig_qp_poll(qp, side, &c) == 0, "more completions than entries");
+	T_CHILD_CHECK(rig_qp_room(qp, side) == RIG_RING_ENTRIES, "room");
 }
 
 /* Entries due on both rings: receives nobody sends to, and sends to a
@@ -131,9 +91,9 @@ static void post_due(void)
 	int i;
 
 	for (i = 0; i < 3; i++)
-		CHECK(rig_qp_receive(a, buf.r, i * 64, 64) == 0, "%s", rig_errmsg());
+		T_CHILD_CHECK(rig_qp_receive(a, buf.r, i * 64, 64) == 0, "%s", rig_errmsg());
 	for (i = 0; i < 2; i++)
-		CHECK(rig_qp_send(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
+		T_CHILD_CHECK(rig_qp_send(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
 }
 
 static enum ibv_event_type qp_event_type;
@@ -148,21 +108,21 @@ static void qp_event_child(void)
 	child_pair();
 	post_due();
 	inject((uintptr_t)a->ibqp, qp_event_type);
-	CHECK(rig_nic_events(nic) == 1, "events: %s", rig_errmsg());
-	CHECK(rig_nic_events(nic) == 0, "nothing more pending");
+	T_CHILD_CHECK(rig_nic_events(nic) == 1, "events: %s", rig_errmsg());
+	T_CHILD_CHECK(rig_nic_events(nic) == 0, "nothing more pending");
 	/* Due entries of both rings complete with the event's error, in
 	 * order, taken receive ring first. */
 	expect_failed(a, RIG_RECEIVE, 3, qp_event_error, qp_event_word);
 	expect_failed(a, RIG_SEND, 2, qp_event_error, qp_event_word);
-	CHECK(rig_qp_failure(a, &status) == qp_event_error && status == -1,
+	T_CHILD_CHECK(rig_qp_failure(a, &status) == qp_event_error && status == -1,
 	      "rig_qp_failure: status %d", status);
 	/* F5: later posts are accepted and fail the same way. */
-	CHECK(rig_qp_receive(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
-	CHECK(rig_qp_send(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_qp_receive(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_qp_send(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
 	expect_failed(a, RIG_SEND, 1, qp_event_error, qp_event_word);
 	expect_failed(a, RIG_RECEIVE, 1, qp_event_error, qp_event_word);
 	/* The event named a only: b is untouched. */
-	CHECK(rig_qp_poll(b, RIG_RECEIVE, &c) == 0 && rig_qp_room(b, RIG_SEND) == RIG_RING_ENTRIES,
+	T_CHILD_CHECK(rig_qp_poll(b, RIG_RECEIVE, &c) == 0 && rig_qp_room(b, RIG_SEND) == RIG_RING_ENTRIES,
 	      "b changed");
 }
 
@@ -171,7 +131,7 @@ Test(event, F1_QP_FATAL_fails_that_queue_pair)
 	qp_event_type = IBV_EVENT_QP_FATAL;
 	qp_event_error = -EIO;
 	qp_event_word = "QP_FATAL";
-	in_child(qp_event_child);
+	t_in_child(qp_event_child);
 }
 
 Test(event, F1_QP_REQ_ERR_fails_that_queue_pair)
@@ -179,7 +139,7 @@ Test(event, F1_QP_REQ_ERR_fails_that_queue_pair)
 	qp_event_type = IBV_EVENT_QP_REQ_ERR;
 	qp_event_error = -EPROTO;
 	qp_event_word = "QP_REQ_ERR";
-	in_child(qp_event_child);
+	t_in_child(qp_event_child);
 }
 
 Test(event, F1_QP_ACCESS_ERR_fails_that_queue_pair)
@@ -187,7 +147,7 @@ Test(event, F1_QP_ACCESS_ERR_fails_that_queue_pair)
 	qp_event_type = IBV_EVENT_QP_ACCESS_ERR;
 	qp_event_error = -EACCES;
 	qp_event_word = "QP_ACCESS_ERR";
-	in_child(qp_event_child);
+	t_in_child(qp_event_child);
 }
 
 /*
@@ -216,30 +176,30 @@ static void late_reason_child(void)
 	alarm(60);	/* a hang fails the test (SIGALRM), it does not stall it */
 	child_pair();
 	for (i = 0; i < 4; i++)
-		CHECK(rig_qp_receive(a, buf.r, i * 64, 64) == 0, "%s", rig_errmsg());
-	CHECK(ibv_modify_qp(a->ibqp, &attr, IBV_QP_STATE) == 0, "->ERR");
+		T_CHILD_CHECK(rig_qp_receive(a, buf.r, i * 64, 64) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(ibv_modify_qp(a->ibqp, &attr, IBV_QP_STATE) == 0, "->ERR");
 	/* rxe flushes from a kernel task, after the state change. */
 	end = t_now_ms() + 5000;
 	while (!(ret = rig_qp_poll(a, RIG_RECEIVE, &c)))
-		CHECK(t_now_ms() < end, "no flush of a's receives within 5 s");
-	CHECK(ret == 1 && c.error == -ECANCELED, "first receive: %d, error %d (%s)", ret,
+		T_CHILD_CHECK(t_now_ms() < end, "no flush of a's receives within 5 s");
+	T_CHILD_CHECK(ret == 1 && c.error == -ECANCELED, "first receive: %d, error %d (%s)", ret,
 	      c.error, c.why ? c.why : "no reason");
-	CHECK(rig_qp_failure(a, &status) == -ECANCELED && status == IBV_WC_WR_FLUSH_ERR,
+	T_CHILD_CHECK(rig_qp_failure(a, &status) == -ECANCELED && status == IBV_WC_WR_FLUSH_ERR,
 	      "before the event: status %d", status);
 
 	inject((uintptr_t)a->ibqp, IBV_EVENT_QP_FATAL);
-	CHECK(rig_nic_events(nic) == 1, "events: %s", rig_errmsg());
+	T_CHILD_CHECK(rig_nic_events(nic) == 1, "events: %s", rig_errmsg());
 	expect_failed(a, RIG_RECEIVE, 3, -EIO, "QP_FATAL");
-	CHECK(rig_qp_failure(a, &status) == -EIO && status == -1,
+	T_CHILD_CHECK(rig_qp_failure(a, &status) == -EIO && status == -1,
 	      "rig_qp_failure after the event: %d, status %d", rig_qp_failure(a, NULL), status);
 	/* F5: and so does a post made afterwards. */
-	CHECK(rig_qp_send(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_qp_send(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
 	expect_failed(a, RIG_SEND, 1, -EIO, "QP_FATAL");
 }
 
 Test(event, F1_F3_late_event_replaces_bare_flush)
 {
-	in_child(late_reason_child);
+	t_in_child(late_reason_child);
 }
 
 /* F6: DEVICE_FATAL fails every queue pair of the NIC, and entries the NIC
@@ -250,21 +210,21 @@ static void device_fatal_child(void)
 
 	child_pair();
 	for (i = 0; i < 4; i++) {
-		CHECK(rig_qp_receive(a, buf.r, i * 64, 64) == 0, "%s", rig_errmsg());
-		CHECK(rig_qp_receive(b, buf.r, i * 64, 64) == 0, "%s", rig_errmsg());
+		T_CHILD_CHECK(rig_qp_receive(a, buf.r, i * 64, 64) == 0, "%s", rig_errmsg());
+		T_CHILD_CHECK(rig_qp_receive(b, buf.r, i * 64, 64) == 0, "%s", rig_errmsg());
 	}
 	inject(0, IBV_EVENT_DEVICE_FATAL);
-	CHECK(rig_nic_events(nic) == 1, "events: %s", rig_errmsg());
+	T_CHILD_CHECK(rig_nic_events(nic) == 1, "events: %s", rig_errmsg());
 	expect_failed(a, RIG_RECEIVE, 4, -ENODEV, "DEVICE_FATAL");
 	expect_failed(b, RIG_RECEIVE, 4, -ENODEV, "DEVICE_FATAL");
 	/* Nothing reaches the NIC any more; posts still complete. */
-	CHECK(rig_qp_send(b, buf.r, 0, 8) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_qp_send(b, buf.r, 0, 8) == 0, "%s", rig_errmsg());
 	expect_failed(b, RIG_SEND, 1, -ENODEV, "DEVICE_FATAL");
 }
 
 Test(event, F6_DEVICE_FATAL_fails_every_queue_pair)
 {
-	in_child(device_fatal_child);
+	t_in_child(device_fatal_child);
 }
 
 /* F1, T2: an async event wakes a sleeping rig_qp_wait, which then
@@ -284,19 +244,19 @@ static void wait_wakes_child(void)
 	double t0, dt;
 
 	child_pair();
-	CHECK(rig_qp_receive(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_qp_receive(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
 	t0 = t_now_ms();
 	pthread_create(&t, NULL, inject_later, NULL);
-	CHECK(rig_qp_wait(a, RIG_RECEIVE, 10 * 1000000, &c) == 1, "wait: %s", rig_errmsg());
+	T_CHILD_CHECK(rig_qp_wait(a, RIG_RECEIVE, 10 * 1000000, &c) == 1, "wait: %s", rig_errmsg());
 	dt = t_now_ms() - t0;
 	pthread_join(t, NULL);
-	CHECK(c.error == -EIO, "error %d", c.error);
-	CHECK(dt >= 100 && dt < 2000, "woke after %.1f ms for an event at 100 ms", dt);
+	T_CHILD_CHECK(c.error == -EIO, "error %d", c.error);
+	T_CHILD_CHECK(dt >= 100 && dt < 2000, "woke after %.1f ms for an event at 100 ms", dt);
 }
 
 Test(event, F1_T2_event_wakes_a_sleeping_wait)
 {
-	in_child(wait_wakes_child);
+	t_in_child(wait_wakes_child);
 }
 
 /* A PORT_ERR fails nothing: the device's own completions say whether a
@@ -307,18 +267,18 @@ static void port_err_child(void)
 
 	child_pair();
 	inject(1, IBV_EVENT_PORT_ERR);
-	CHECK(rig_nic_events(nic) == 1, "events: %s", rig_errmsg());
-	CHECK(rig_qp_receive(b, buf.r, 64, 64) == 0, "%s", rig_errmsg());
-	CHECK(rig_qp_send(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
-	CHECK(rig_qp_wait(a, RIG_SEND, 5000000, &c) == 1 && c.error == 0, "send: %d %s",
+	T_CHILD_CHECK(rig_nic_events(nic) == 1, "events: %s", rig_errmsg());
+	T_CHILD_CHECK(rig_qp_receive(b, buf.r, 64, 64) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_qp_send(a, buf.r, 0, 64) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_qp_wait(a, RIG_SEND, 5000000, &c) == 1 && c.error == 0, "send: %d %s",
 	      c.error, c.why);
-	CHECK(rig_qp_wait(b, RIG_RECEIVE, 5000000, &c) == 1 && c.error == 0 && c.bytes == 64,
+	T_CHILD_CHECK(rig_qp_wait(b, RIG_RECEIVE, 5000000, &c) == 1 && c.error == 0 && c.bytes == 64,
 	      "receive: %d %s", c.error, c.why);
 }
 
 Test(event, F1_injected_PORT_ERR_fails_nothing)
 {
-	in_child(port_err_child);
+	t_in_child(port_err_child);
 }
 
 /* The real device: taking the netdev down and up gives PORT_ERR and

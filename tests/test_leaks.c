@@ -22,7 +22,6 @@
  */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,38 +52,6 @@ static int cycles(int ci)
 	return l && !strcmp(l, "1") ? ci * 10 : ci;
 }
 
-/* The fds this process has open (the directory's own included, the same
- * on every call). */
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	cr_assert_not_null(d);
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
-
-/* The process's resident memory, in KiB. */
-static long rss_kb(void)
-{
-	FILE *f = fopen("/proc/self/smaps_rollup", "r");
-	char line[256];
-	long kb = -1;
-
-	cr_assert_not_null(f);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "Rss: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	cr_assert_geq(kb, 0, "no Rss line in /proc/self/smaps_rollup");
-	return kb;
-}
-
 struct mark {
 	int fds;
 	long rss;
@@ -93,8 +60,8 @@ struct mark {
 
 static void mark(struct mark *m)
 {
-	m->fds = count_fds();
-	m->rss = rss_kb();
+	m->fds = t_fd_count();
+	m->rss = t_resident_kib();
 	m->ms = t_now_ms();
 }
 

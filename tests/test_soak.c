@@ -30,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <sys/random.h>
 
 #include "t_device.h"
@@ -186,23 +185,6 @@ TestSuite(soak, .init = setup, .fini = teardown);
 
 /* ---- resources --------------------------------------------------------- */
 
-#ifndef ASAN
-static long rss_kb(void)
-{
-	FILE *f = fopen("/proc/self/smaps_rollup", "r");
-	char line[256];
-	long kb = -1;
-
-	cr_assert_not_null(f, "/proc/self/smaps_rollup: %s", strerror(errno));
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "Rss: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	cr_assert_geq(kb, 0, "no Rss line in /proc/self/smaps_rollup");
-	return kb;
-}
-#endif
-
 /* Resident memory in kB; under ASan, the heap in use. */
 #ifdef ASAN
 #define MEM_WHAT "heap in use"
@@ -214,20 +196,8 @@ static long mem_kb(void)
 #ifdef ASAN
 	return (long)(__sanitizer_get_current_allocated_bytes() / 1024);
 #else
-	return rss_kb();
+	return t_resident_kib();
 #endif
-}
-
-static int fd_count(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	cr_assert_not_null(d);
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
 }
 
 /* ---- one queue pair's traffic, either kind ----------------------------- */
@@ -557,7 +527,7 @@ static void soak_run(struct soak *s, struct result *res)
 			     (unsigned long long)s->total);
 		if (!sampled && done >= warm) {
 			res->rss_warm = mem_kb();
-			res->fds_warm = fd_count();
+			res->fds_warm = t_fd_count();
 			sampled = true;
 		}
 	}
@@ -582,7 +552,7 @@ static void soak_run(struct soak *s, struct result *res)
 			     (unsigned long long)e->peer->to_send);
 	}
 	res->rss_end = mem_kb();
-	res->fds_end = fd_count();
+	res->fds_end = t_fd_count();
 }
 
 Test(soak, netem_loss_dup_jitter_64_queue_pairs_in_order_intact_rig_vs_raw, .timeout = 0)

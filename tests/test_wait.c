@@ -2,7 +2,6 @@
 #define _GNU_SOURCE
 /* rig_qp_wait on the device (SPEC T2). */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -12,11 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -252,22 +249,6 @@ Test(wait, T2_idle_wait_burns_no_core, .init = pair_setup, .fini = pair_teardown
 	cr_assert_lt(cpu_ms, 100.0, "a 2 s idle wait used %.1f ms of CPU", cpu_ms);
 }
 
-/* The fds this process has open (the directory's own included, the same
- * on every call). */
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	cr_assert_not_null(d);
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
-
 struct one_sleep {
 	struct rig_qp *qp;
 	int ret;
@@ -300,7 +281,7 @@ Test(wait, T2_exited_sleepers_leave_no_fd, .init = pair_setup,
 	int before, after, i;
 
 	cr_assert_eq(rig_qp_receive(a, dst.r, 0, 64), 0);
-	before = count_fds();
+	before = t_fd_count();
 	for (i = 0; i < THREADS; i++) {
 		pthread_t t;
 
@@ -310,57 +291,13 @@ Test(wait, T2_exited_sleepers_leave_no_fd, .init = pair_setup,
 		cr_assert_eq(s.ret, 0, "thread %d: rig_qp_wait %d (%s), expected 0 at the bound",
 			     i, s.ret, s.msg);
 	}
-	after = count_fds();
+	after = t_fd_count();
 	cr_assert_eq(after, before, "%d threads that slept once left %d fds open",
 		     THREADS, after - before);
 	cr_assert_eq(rig_qp_room(a, RIG_RECEIVE), RIG_RING_ENTRIES - 1, "the entry is still due");
 }
 
 /* ---- a sleep whose io_uring_enter fails ------------------------------- */
-
-/* Child processes report through shared memory, as in test_event.c. */
-struct child_report {
-	char msg[512];
-};
-
-static struct child_report *crep;
-
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			int o = snprintf(crep->msg, sizeof(crep->msg),         \
-					 "%s:%d: %s: ", __FILE__, __LINE__,    \
-					 #cond);                               \
-			snprintf(crep->msg + o, sizeof(crep->msg) - o, __VA_ARGS__); \
-			_exit(1);                                              \
-		}                                                              \
-	} while (0)
-
-/* Runs @fn in a child process; fails the test with the child's message,
- * or with the signal that ended it. */
-static void in_child(void (*fn)(void))
-{
-	int status;
-	pid_t pid;
-
-	crep = mmap(NULL, sizeof(*crep), PROT_READ | PROT_WRITE,
-		    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	cr_assert_neq(crep, MAP_FAILED);
-	pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		alarm(60);	/* a hang ends in SIGALRM, not a stalled suite */
-		fn();
-		_exit(0);
-	}
-	cr_assert_eq(waitpid(pid, &status, 0), pid);
-	cr_assert(!WIFSIGNALED(status), "the child was killed by signal %d (%s)%s%s",
-		  WTERMSIG(status), strsignal(WTERMSIG(status)),
-		  crep->msg[0] ? ": " : "", crep->msg);
-	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child exited with %d: %s",
-		  WEXITSTATUS(status), crep->msg);
-	munmap(crep, sizeof(*crep));
-}
 
 #if defined(__x86_64__)
 #define T_AUDIT_ARCH AUDIT_ARCH_X86_64
@@ -392,8 +329,8 @@ static void fail_enters_of_3_or_more(void)
 	};
 	struct sock_fprog prog = { sizeof(f) / sizeof(f[0]), f };
 
-	CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "PR_SET_NO_NEW_PRIVS: %m");
-	CHECK(syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0, "seccomp: %m");
+	T_CHILD_CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "PR_SET_NO_NEW_PRIVS: %m");
+	T_CHILD_CHECK(syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0, "seccomp: %m");
 }
 
 static void enter_fails_child(void)
@@ -405,32 +342,32 @@ static void enter_fails_child(void)
 	static uint8_t mem[4096];
 	int i, ret;
 
-	CHECK(rig_nic_open(t_dev(), &n) == 0, "%s", rig_errmsg());
-	CHECK(rig_qp_make(n, &q) == 0 && rig_qp_make(n, &p) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_nic_open(t_dev(), &n) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_qp_make(n, &q) == 0 && rig_qp_make(n, &p) == 0, "%s", rig_errmsg());
 	{
 		struct rig_endpoint eq, ep;
 
 		rig_qp_endpoint(q, &eq);
 		rig_qp_endpoint(p, &ep);
-		CHECK(rig_qp_connect(q, &ep) == 0 && rig_qp_connect(p, &eq) == 0, "%s",
+		T_CHILD_CHECK(rig_qp_connect(q, &ep) == 0 && rig_qp_connect(p, &eq) == 0, "%s",
 		      rig_errmsg());
 	}
-	CHECK(rig_region_register(n, mem, sizeof(mem), &r) == 0, "%s", rig_errmsg());
-	CHECK(rig_qp_receive(q, r, 0, 64) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_region_register(n, mem, sizeof(mem), &r) == 0, "%s", rig_errmsg());
+	T_CHILD_CHECK(rig_qp_receive(q, r, 0, 64) == 0, "%s", rig_errmsg());
 	fail_enters_of_3_or_more();
 	for (i = 0; i < 8; i++) {
 		/* What the parent reports if a signal ends this child. */
-		snprintf(crep->msg, sizeof(crep->msg), "in wait %d of 8", i);
+		t_child_say("in wait %d of 8", i);
 		/* A bound long enough that every wait gets past its spin to the
 		 * sleep, however the emulated guest stalls it; the failed enter
 		 * returns at once. */
 		ret = rig_qp_wait(q, RIG_RECEIVE, 2000000, &c);
-		CHECK(ret == -ENOMEM, "wait %d: %d (%s), expected -ENOMEM", i, ret, rig_errmsg());
-		CHECK(strstr(rig_errmsg(), "io_uring"),
+		T_CHILD_CHECK(ret == -ENOMEM, "wait %d: %d (%s), expected -ENOMEM", i, ret, rig_errmsg());
+		T_CHILD_CHECK(strstr(rig_errmsg(), "io_uring"),
 		      "wait %d: the message does not name io_uring: %s", i, rig_errmsg());
 	}
-	CHECK(rig_qp_room(q, RIG_RECEIVE) == RIG_RING_ENTRIES - 1, "the entry is still due");
-	crep->msg[0] = 0;
+	T_CHILD_CHECK(rig_qp_room(q, RIG_RECEIVE) == RIG_RING_ENTRIES - 1, "the entry is still due");
+	t_child_say("%s", "");
 }
 #endif
 
@@ -445,7 +382,7 @@ static void enter_fails_child(void)
 Test(wait, T2_failed_sleep_reports_ENOMEM_every_time)
 {
 #ifdef T_AUDIT_ARCH
-	in_child(enter_fails_child);
+	t_in_child(enter_fails_child);
 #else
 	cr_skip_test("no seccomp audit arch for this machine in the test");
 #endif
