@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <dlfcn.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -360,4 +361,31 @@ long t_resident_kib(void)
 	fclose(f);
 	cr_assert_geq(kib, 0, "no Rss line in /proc/self/smaps_rollup");
 	return kib;
+}
+
+struct one_sleep {
+	struct rig_qp *qp;
+	int ret;
+	char msg[256];
+};
+
+static void *sleep_once(void *arg)
+{
+	struct one_sleep *s = arg;
+	struct rig_completion c;
+
+	s->ret = rig_qp_wait(s->qp, RIG_RECEIVE, 20000, &c);
+	snprintf(s->msg, sizeof(s->msg), "%s", rig_errmsg());
+	return NULL;
+}
+
+void t_sleep_in_a_thread(struct rig_qp *qp, int i)
+{
+	struct one_sleep s = { qp, -1, "" };
+	pthread_t t;
+
+	cr_assert_eq(pthread_create(&t, NULL, sleep_once, &s), 0);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(s.ret, 0, "thread %d: rig_qp_wait %d (%s), expected 0 at the bound",
+		     i, s.ret, s.msg);
 }

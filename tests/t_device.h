@@ -57,6 +57,12 @@ void t_child_fail(const char *file, int line, const char *cond, const char *fmt,
 	} while (0)
 void t_in_child(void (*fn)(void));
 
+/* Runs one rig_qp_wait of 20 ms on @qp's receive ring in a new thread
+ * and joins it: far past the 50 us spin, so the thread really sleeps in
+ * an io_uring of its own; fails the test (naming thread @i) unless it
+ * returned 0 at the bound. For the tests of what exited sleepers leave. */
+void t_sleep_in_a_thread(struct rig_qp *qp, int i);
+
 /* The fds this process has open; its resident memory in KiB, from
  * smaps_rollup, which walks the page tables (statm's figure comes from
  * per-thread counters that Linux 6.1 folds in only every 64 page faults). */

@@ -128,35 +128,6 @@ Test(leaks, open_close_is_flat, .timeout = 1800)
 	assert_flat("open, close", n, &m0, &m1);
 }
 
-struct one_sleep {
-	struct rig_qp *qp;
-	int ret;
-	char msg[256];
-};
-
-static void *sleep_once(void *arg)
-{
-	struct one_sleep *s = arg;
-	struct rig_completion c;
-
-	/* 20 ms is far past the 50 us spin: the thread really sleeps in its
-	 * own io_uring, on a receive nobody sends to. */
-	s->ret = rig_qp_wait(s->qp, RIG_RECEIVE, 20000, &c);
-	snprintf(s->msg, sizeof(s->msg), "%s", rig_errmsg());
-	return NULL;
-}
-
-static void sleep_in_a_thread(struct one_sleep *s, int i)
-{
-	pthread_t t;
-
-	s->ret = -1;
-	cr_assert_eq(pthread_create(&t, NULL, sleep_once, s), 0);
-	cr_assert_eq(pthread_join(t, NULL), 0);
-	cr_assert_eq(s->ret, 0, "thread %d: rig_qp_wait %d (%s), expected 0 at the bound",
-		     i, s->ret, s->msg);
-}
-
 /*
  * T2: 1000 threads, one after another, each sleep once and exit; each
  * sleeper's io_uring and eventfd go with its thread (wait.c's key
@@ -170,7 +141,6 @@ Test(leaks, exited_sleepers_are_flat, .timeout = 600)
 	struct rig_nic *nic = t_nic_open(t_dev());
 	struct rig_qp *a = t_qp(nic);
 	struct t_buf dst;
-	struct one_sleep s = { a, -1, "" };
 	struct mark m0, m1;
 	int i;
 
@@ -178,10 +148,10 @@ Test(leaks, exited_sleepers_are_flat, .timeout = 600)
 	t_buf(&dst, nic, 4096, 0);
 	cr_assert_eq(rig_qp_receive(a, dst.r, 0, 64), 0);
 	for (i = 0; i < WARM; i++)
-		sleep_in_a_thread(&s, i);
+		t_sleep_in_a_thread(a, i);
 	mark(&m0);
 	for (i = 0; i < THREADS; i++)
-		sleep_in_a_thread(&s, i);
+		t_sleep_in_a_thread(a, i);
 	mark(&m1);
 	assert_flat("threads that slept once", THREADS, &m0, &m1);
 	cr_assert_eq(rig_qp_room(a, RIG_RECEIVE), RIG_RING_ENTRIES - 1, "the entry is still due");

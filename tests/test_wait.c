@@ -249,22 +249,6 @@ Test(wait, T2_idle_wait_burns_no_core, .init = pair_setup, .fini = pair_teardown
 	cr_assert_lt(cpu_ms, 100.0, "a 2 s idle wait used %.1f ms of CPU", cpu_ms);
 }
 
-struct one_sleep {
-	struct rig_qp *qp;
-	int ret;
-	char msg[256];
-};
-
-static void *sleep_once(void *arg)
-{
-	struct one_sleep *s = arg;
-	struct rig_completion c;
-
-	s->ret = rig_qp_wait(s->qp, RIG_RECEIVE, 20000, &c);
-	snprintf(s->msg, sizeof(s->msg), "%s", rig_errmsg());
-	return NULL;
-}
-
 /*
  * T2: a thread that slept in rig_qp_wait leaves nothing behind when it
  * exits. Each sleeping thread gets an io_uring and an eventfd of its own;
@@ -277,20 +261,12 @@ Test(wait, T2_exited_sleepers_leave_no_fd, .init = pair_setup,
      .fini = pair_teardown, .timeout = 120)
 {
 	enum { THREADS = 100 };
-	struct one_sleep s = { a, -1, "" };
 	int before, after, i;
 
 	cr_assert_eq(rig_qp_receive(a, dst.r, 0, 64), 0);
 	before = t_fd_count();
-	for (i = 0; i < THREADS; i++) {
-		pthread_t t;
-
-		s.ret = -1;
-		cr_assert_eq(pthread_create(&t, NULL, sleep_once, &s), 0);
-		cr_assert_eq(pthread_join(t, NULL), 0);
-		cr_assert_eq(s.ret, 0, "thread %d: rig_qp_wait %d (%s), expected 0 at the bound",
-			     i, s.ret, s.msg);
-	}
+	for (i = 0; i < THREADS; i++)
+		t_sleep_in_a_thread(a, i);
 	after = t_fd_count();
 	cr_assert_eq(after, before, "%d threads that slept once left %d fds open",
 		     THREADS, after - before);
