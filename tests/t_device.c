@@ -136,6 +136,20 @@ const char *t_peer_dev(void)
 	return getenv("RIG_TEST_PEER_DEV");
 }
 
+const char *t_netdev(void)
+{
+	const char *n = getenv("RIG_TEST_NETDEV");
+
+	return n ? n : "veth0";
+}
+
+const char *t_peer_netdev(void)
+{
+	const char *n = getenv("RIG_TEST_PEER_NETDEV");
+
+	return n ? n : "veth1";
+}
+
 struct rig_nic *t_nic_open(const char *name)
 {
 	struct rig_nic *nic = NULL;

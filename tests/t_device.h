@@ -9,6 +9,10 @@
  * two-host topology the other one ($RIG_TEST_PEER_DEV). */
 const char *t_dev(void);
 const char *t_peer_dev(void);
+/* Their netdevs in the two-host topology, the ends of one veth pair
+ * ($RIG_TEST_NETDEV, $RIG_TEST_PEER_NETDEV; veth0 and veth1 if unset). */
+const char *t_netdev(void);
+const char *t_peer_netdev(void);
 
 /* Opens a NIC; fails the test if it cannot. */
 struct rig_nic *t_nic_open(const char *name);

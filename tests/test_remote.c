@@ -37,22 +37,6 @@ __attribute__((constructor)) static void run_serially(void)
 
 /* ---- the wire ---------------------------------------------------------- */
 
-/* rxe0's netdev; setup() has checked it is set. */
-static const char *netdev(void)
-{
-	const char *n = getenv("RIG_TEST_NETDEV");
-
-	return n ? n : "veth0";
-}
-
-/* rxe1's netdev, the other end of the veth pair. */
-static const char *peer_netdev(void)
-{
-	const char *n = getenv("RIG_TEST_PEER_NETDEV");
-
-	return n ? n : "veth1";
-}
-
 /* Runs @cmd in the VM, ignoring its status: for restoring in fini, which
  * must not assert. */
 static void sh_quiet(const char *cmd)
@@ -69,7 +53,7 @@ static void wire_unblock(void)
 	char cmd[256];
 
 	snprintf(cmd, sizeof(cmd), "tc qdisc del dev %s root 2>/dev/null; "
-		 "tc qdisc del dev %s root 2>/dev/null", netdev(), peer_netdev());
+		 "tc qdisc del dev %s root 2>/dev/null", t_netdev(), t_peer_netdev());
 	sh_quiet(cmd);
 }
 
@@ -82,7 +66,7 @@ static void wire_restore(void)
 
 	wire_unblock();
 	snprintf(cmd, sizeof(cmd), "ip neigh flush dev %s; ip neigh flush dev %s",
-		 netdev(), peer_netdev());
+		 t_netdev(), t_peer_netdev());
 	sh_quiet(cmd);
 }
 
@@ -93,10 +77,10 @@ static void wire_restore(void)
  * the flush (a busy machine once let a connect through that way). */
 static void wire_cut(void)
 {
-	t_sh("tc qdisc add dev %s root netem loss 100%%", netdev());
-	t_sh("tc qdisc add dev %s root netem loss 100%%", peer_netdev());
-	t_sh("ip neigh flush dev %s", netdev());
-	t_sh("ip neigh flush dev %s", peer_netdev());
+	t_sh("tc qdisc add dev %s root netem loss 100%%", t_netdev());
+	t_sh("tc qdisc add dev %s root netem loss 100%%", t_peer_netdev());
+	t_sh("ip neigh flush dev %s", t_netdev());
+	t_sh("ip neigh flush dev %s", t_peer_netdev());
 }
 
 /* ---- fixture: one rig NIC per host ------------------------------------- */

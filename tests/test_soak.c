@@ -116,27 +116,13 @@ static uint64_t rng_next(uint64_t *s)
 
 /* ---- the wire ---------------------------------------------------------- */
 
-static const char *netdev(void)
-{
-	const char *n = getenv("RIG_TEST_NETDEV");
-
-	return n ? n : "veth0";
-}
-
-static const char *peer_netdev(void)
-{
-	const char *n = getenv("RIG_TEST_PEER_NETDEV");
-
-	return n ? n : "veth1";
-}
-
 static void wire_clean(void)
 {
 	char cmd[256];
 	int ret;
 
 	snprintf(cmd, sizeof(cmd), "tc qdisc del dev %s root 2>/dev/null; "
-		 "tc qdisc del dev %s root 2>/dev/null", netdev(), peer_netdev());
+		 "tc qdisc del dev %s root 2>/dev/null", t_netdev(), t_peer_netdev());
 	ret = system(cmd);
 	(void)ret;
 }
@@ -170,8 +156,8 @@ static void setup(void)
 	wire_clean();
 	/* Loss, duplication, reordering (25% of packets go at once, the rest
 	 * wait 1 ms +- 1 ms) and jitter, on both directions. */
-	t_sh("tc qdisc add dev %s root netem %s", netdev(), NETEM);
-	t_sh("tc qdisc add dev %s root netem %s", peer_netdev(), NETEM);
+	t_sh("tc qdisc add dev %s root netem %s", t_netdev(), NETEM);
+	t_sh("tc qdisc add dev %s root netem %s", t_peer_netdev(), NETEM);
 }
 
 /* Fini runs after a failed assertion too; a crash leaves the qdisc to the
