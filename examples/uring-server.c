@@ -553,7 +553,7 @@ static int us_on_rig(struct us_server *s, const struct io_uring_cqe *cqe)
 	int i, n, ret;
 
 	do {
-		n = rig_uring_handle(&s->ring, s->nic, cqe, ready, US_READY);
+		n = rig_uring_handle(&s->ring, rig_nic_loop(s->nic), cqe, ready, US_READY);
 		if (n < 0)
 			return us_fail("rig_uring_handle", n);
 		for (i = 0; i < n; i++) {
@@ -749,7 +749,7 @@ static int us_setup(struct us_server *s, const struct us_opts *o)
 	if (ret)
 		return us_fail_sys("io_uring_queue_init", -ret);
 	s->ring_up = true;
-	ret = rig_uring_watch(&s->ring, s->nic, US_DATA(US_RIG, 0));
+	ret = rig_uring_watch(&s->ring, rig_nic_loop(s->nic), US_DATA(US_RIG, 0));
 	if (ret)
 		return us_fail("rig_uring_watch", ret);
 	s->signal_fd = us_signals();

@@ -10,7 +10,6 @@
 
 #include <rig/rig.h>
 
-struct rdma_cm_id;
 struct rdma_event_channel;
 
 #define RIG_EXPORT __attribute__((visibility("default")))
@@ -65,21 +64,78 @@ struct rig_nic {
 	uint32_t msg_max;		/* min(2^31, max_msg_sz) */
 	uint8_t retry_cnt;		/* see rig__nic_retry_cnt() */
 	uint8_t max_rd_atomic;		/* reads in flight, for local peers */
-	struct ibv_comp_channel *channel;	/* of every CQ, O_NONBLOCK */
-	int epfd;			/* rig_nic_fd: the channel and async fds */
-	/* The loop integration (loop.c), under the lock: whether every ring
-	 * is armed and reported, and the rings ready but not yet handed out. */
-	bool watched;
-	struct rig_ready *pending;	/* room for both rings of every QP */
-	unsigned npending, pending_cap;
-	unsigned nqps;
-	int ready_efd;			/* in epfd: readable while npending */
-	bool ready_signalled;
-	pthread_mutex_t lock;		/* the lists, sleepers, unacked events */
+	struct rig_loop *own;		/* rig_nic_loop(): rig_qp_make's */
+	pthread_mutex_t lock;		/* the lists below */
+	struct rig__list loops;
 	struct rig__list qps;
 	struct rig__list regions;	/* registered ones */
 	struct rig__handles handles;
-	struct rig__list listeners;
+};
+
+/*
+ * Consumers of news (events.c tells them; they never call it back under
+ * its lock). libuv's watchers behind one poller are the model: the
+ * demultiplexer knows each consumer only by these hooks.
+ */
+struct rig__qp;
+struct rig__consumer {
+	/* @qp's ring @side has news: a completion event or a failure. */
+	void (*ring)(struct rig__consumer *self, struct rig__qp *qp, int side);
+	/* A batch of news ended (rig_loop_fd's readiness may change). */
+	void (*done)(struct rig__consumer *self);
+	/* @qp comes (arm its rings if need be), or goes: forget it. */
+	void (*add)(struct rig__consumer *self, struct rig__qp *qp);
+	void (*forget)(struct rig__consumer *self, struct rig__qp *qp);
+};
+
+/* What events.c hands the connection layer (conn.c): each event of the
+ * loop's rdma_cm channel, and the loop's timer when it expires. */
+struct rdma_cm_event;
+struct rig__cm_consumer {
+	void (*event)(struct rig_loop *loop, struct rdma_cm_event *ev);
+	void (*tick)(struct rig_loop *loop);
+};
+
+/* A piece of news queued for the application (loop.c), embedded in
+ * whatever it is about: each ring of a queue pair, each connection. */
+struct rig__news {
+	struct rig__list link;		/* in loop->news, or alone */
+	struct rig_ready what;
+	/* Called once the news is handed out or its loop closes, if set: a
+	 * failed dial's connection lives until then. */
+	void (*handed)(struct rig__news *self);
+};
+
+/* Something a loop owns besides queue pairs (listeners, half-open
+ * connections): closed with the loop. */
+struct rig__owned {
+	struct rig__list link;		/* in loop->owned */
+	void (*close)(struct rig__owned *self);
+};
+
+/*
+ * A loop: what one thread watches (include/rig/loop.h). Its own completion
+ * channel takes the events of its queue pairs' CQs only, so the kernel
+ * sorts events by loop.
+ */
+struct rig_loop {
+	struct rig_nic *nic;
+	struct ibv_comp_channel *channel;	/* O_NONBLOCK */
+	struct rdma_event_channel *cm;		/* made on first use (conn.c) */
+	int epfd;		/* rig_loop_fd: channel, async fd, cm, timer, ready */
+	int timer_fd;		/* conn.c's deadlines, on the loop's clock */
+	int ready_efd;		/* readable while news waits (loop.c) */
+	bool ready_signalled;
+	pthread_mutex_t lock;	/* channel reads, acks, sleepers, the news */
+	pthread_mutex_t cm_lock;	/* cm reads and the connections' steps */
+	struct rig__consumer *watcher;	/* loop.c's, from rig_loop_open */
+	const struct rig__cm_consumer *cm_consumer;	/* conn.c's */
+	/* loop.c, under the lock */
+	bool watched;
+	struct rig__list news;
+	/* conn.c, under cm_lock */
+	struct rig__list owned;
+	struct rig__list link;		/* in nic->loops */
 };
 
 struct rig__region {
@@ -105,12 +161,19 @@ enum {
 enum rig__cause { RIG__CAUSE_NONE, RIG__CAUSE_ENTRY, RIG__CAUSE_FLUSH,
 		  RIG__CAUSE_KIND, RIG__CAUSE_EVENT, RIG__CAUSE_DEVICE };
 
+/* Who owns a queue pair besides the application: a connection (conn.c)
+ * releases its rdma_cm id when the queue pair goes. */
+struct rig__qp_owner {
+	void (*release)(struct rig__qp_owner *self);
+};
+
 struct rig__qp {
 	struct rig_qp pub;
 	struct rig_nic *nic;
+	struct rig_loop *loop;
 	enum rig__qp_state state;
 	struct rig_endpoint self;
-	struct rig__list link;
+	struct rig__list link;		/* in nic->qps */
 	/* The failure record: the first failure, kept for every later
 	 * completion of both rings (SPEC F3). */
 	enum rig__cause cause;
@@ -119,16 +182,14 @@ struct rig__qp {
 	int wc_status;			/* the verbs status behind it, or -1 */
 	bool flushed;			/* a flush was reaped before any reason */
 	uint8_t distrust;		/* 1 << side: drop that ring's CQEs */
-	/* Per ring, under the NIC's lock: completion events read but not
+	/* Per ring, under the loop's lock: completion events read but not
 	 * yet acked (ibv_ack_cq_events takes a mutex: ack in batches), and
-	 * the eventfd of the thread sleeping in rig_qp_wait, or -1. */
+	 * the thread sleeping in rig_qp_wait, or NULL. */
 	unsigned unacked[2];
-	int sleeper[2];
-	uint8_t pending;		/* 1 << side: listed in nic->pending */
-	/* rig_dial and rig_accept's connection, destroyed with the QP. */
-	struct rdma_cm_id *cm_id;
-	struct rdma_event_channel *cm_ch;
-	/* Set by rig_nic_events, from any thread, for the owner to apply. */
+	struct rig__consumer *sleeper[2];
+	struct rig__news news[2];	/* loop.c: each ring's place in the news */
+	struct rig__qp_owner *owner;
+	/* Set by events.c, from any thread, for the owner to apply. */
 	int event_error;
 	const char *event_why;
 };
@@ -145,33 +206,53 @@ void rig__regions_free(struct rig_nic *nic);
 /* nic.c: makes @fd non-blocking; 0 or -errno, with @what in the message. */
 int rig__set_nonblock(int fd, const char *what);
 
-/* qp.c: destroys and frees a queue pair the NIC still lists. */
-int rig__qp_free(struct rig__qp *qp);
-
 /* ring.c: records @qp's first failure (SPEC F3); later ones change nothing. */
 void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 		    const char *why, int wc_status);
 
-/* wait.c: reads the NIC's pending completion events and wakes whoever
- * sleeps on their rings; the NIC's lock must be held. */
-void rig__nic_take_completion_events(struct rig_nic *nic);
-/* wait.c: acks what @qp's rings still owe, before their CQs go. */
-void rig__qp_ack_events(struct rig__qp *qp);
+/* events.c, the demultiplexer: */
+/* makes @loop's channel and fd set; undoes it. */
+int rig__events_open(struct rig_loop *loop);
+void rig__events_close(struct rig_loop *loop);
+/* reads @loop's pending completion events, acks, tells the consumers. */
+void rig__events_take(struct rig_loop *loop);
+/* the same with the loop's lock held; the caller tells the watcher done. */
+void rig__events_take_locked(struct rig_loop *loop);
+/* reads @loop's rdma_cm events and expired timer, for its cm consumer. */
+void rig__events_take_cm(struct rig_loop *loop);
+/* reads the NIC's async events and fails their queue pairs. */
+int rig__events_async(struct rig_nic *nic);
+/* records a failure of @qp from outside its rings (an async event, the
+ * peer leaving) and tells the consumers of both rings; any thread. */
+void rig__events_fail_qp(struct rig__qp *qp, int error, const char *why);
+/* tells @qp's loop of it, once it is listed in the NIC. */
+void rig__events_add(struct rig__qp *qp);
+/* before @qp goes (its QP destroyed, its
+ * CQs not yet): drains and acks what its CQs owe, and tells the
+ * consumers to forget it. The CQs are destroyed by @destroy_cqs under
+ * the loop's lock, before any other thread can read an event for them. */
+void rig__events_forget(struct rig__qp *qp, void (*destroy_cqs)(struct rig__qp *));
+/* sets the consumer sleeping on @qp's ring @side, or NULL. */
+void rig__events_set_sleeper(struct rig__qp *qp, int side, struct rig__consumer *c);
+/* arms @loop's timer for @deadline_ns (CLOCK_MONOTONIC), 0 to disarm. */
+void rig__events_set_timer(struct rig_loop *loop, int64_t deadline_ns);
+/* makes @loop's rdma_cm channel if it has none; 0 or -errno. */
+int rig__events_cm_channel(struct rig_loop *loop,
+			   const struct rig__cm_consumer *consumer);
 
-/* loop.c, under the NIC's lock: arms both rings of @qp when its NIC is
- * watched; makes the ready list room for @nqps queue pairs; lists a ring
- * of @qp as ready; makes rig_nic_fd readable while rings are listed (call
- * it after listing); forgets @qp before it goes. */
-void rig__loop_arm(struct rig__qp *qp);
-int rig__loop_reserve(struct rig_nic *nic, unsigned nqps);
-void rig__loop_ready(struct rig__qp *qp, enum rig_side side);
-void rig__loop_signal(struct rig_nic *nic);
-void rig__loop_forget(struct rig__qp *qp);
+/* qp.c: makes a queue pair in @loop; destroys and frees one. */
+int rig__qp_make(struct rig_loop *loop, struct rig__qp **out);
+int rig__qp_free(struct rig__qp *qp);
 
-/* cm.c: ends @qp's rdma_cm connection, if it has one; closes the
- * listener whose link in its NIC's list is @link. */
-void rig__qp_cm_free(struct rig__qp *qp);
-void rig__listener_free(struct rig__list *link);
+/* loop.c: queues @n for the application if it is not queued (the loop's
+ * lock held); rig_nic_open's and rig_nic_close's own loop. */
+void rig__loop_post(struct rig_loop *loop, struct rig__news *n);
+int rig__loop_open(struct rig_nic *nic, struct rig_loop **out);
+int rig__loop_free(struct rig_loop *loop);
+
+/* region.c: gives back the handles of @nic's regions, once their MRs
+ * are deregistered. */
+void rig__regions_free(struct rig_nic *nic);
 
 /* errmsg.c: clear this thread's rig_errmsg(), after a call that
  * succeeded on a later try. */

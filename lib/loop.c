@@ -1,13 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Completions in the application's own io_uring (include/rig/wait.h).
+ * Loops (include/rig/loop.h): news in the application's own io_uring.
  *
- * One fd per NIC (an epoll set of the completion channel and the async
- * fd) carries every event of every queue pair, so the application queues
- * one multishot poll per NIC and an event costs the same with one queue
- * pair as with thousands: the CQ context names the queue pair directly.
- * A ring is armed when it is handed to the application, before it polls
- * it dry: the arm-then-drain order that loses no wakeup.
+ * A consumer of the demultiplexer (events.c): each ring with news, and
+ * each connection's news (conn.c posts it), waits in the loop's list
+ * until rig_loop_handle hands it out. The list is intrusive (each ring
+ * and each connection carries its place in it), so listing never fails
+ * and a queue pair that goes unlinks itself in constant time.
+ *
+ * One fd per loop (an epoll set of its channel, the NIC's async fd, its
+ * rdma_cm channel, its timer and an eventfd readable while news waits)
+ * carries everything, so the application queues one multishot poll per
+ * loop and an event costs the same with one queue pair as with thousands:
+ * the CQ context names the queue pair. A ring is armed when it is handed
+ * out, before the application polls it dry: arm, then drain, loses no
+ * wakeup.
  */
 #include <poll.h>
 #include <stdlib.h>
@@ -18,172 +25,303 @@
 
 #include "internal.h"
 
-static void arm(struct rig__qp *qp, enum rig_side side)
+/* The loop's consumer half; the loop embeds it. */
+struct watcher {
+	struct rig__consumer hooks;
+	struct rig_loop *loop;
+};
+
+static void arm(struct rig__qp *qp, int side)
 {
 	/* A refusal here leaves the ring unarmed; its next poll still
 	 * works, and the failure, if any, shows in its completions. */
 	ibv_req_notify_cq(qp->pub.ring[side].cq, 0);
 }
 
-void rig__loop_arm(struct rig__qp *qp)
+static bool listed(const struct rig__news *n)
 {
-	if (!qp->nic->watched)
-		return;
-	arm(qp, RIG_SEND);
-	arm(qp, RIG_RECEIVE);
+	return n->link.next != &n->link;
 }
 
-int rig__loop_reserve(struct rig_nic *nic, unsigned nqps)
+static void post_locked(struct rig_loop *loop, struct rig__news *n)
 {
-	struct rig_ready *p;
-	unsigned cap;
-
-	if (2 * nqps <= nic->pending_cap)
-		return 0;
-	cap = nic->pending_cap ? 2 * nic->pending_cap : 64;
-	p = realloc(nic->pending, cap * sizeof(*p));
-	if (!p)
-		return rig__fail(ENOMEM, "rig_qp_make: no memory for the ready list");
-	nic->pending = p;
-	nic->pending_cap = cap;
-	return 0;
+	if (!listed(n))
+		rig__list_add(loop->news.prev, &n->link);
 }
 
 /*
  * A listed ring stays unarmed until it is handed out: each event uses up
  * the arming, and arming a ring that is still listed would only raise
- * events for a ring the application is told of anyway. Arming happens at
- * hand-out, before the application polls it dry (arm, then poll).
+ * events for a ring the application is told of anyway.
  */
-void rig__loop_ready(struct rig__qp *qp, enum rig_side side)
+static void on_ring(struct rig__consumer *c, struct rig__qp *qp, int side)
 {
-	struct rig_nic *nic = qp->nic;
+	struct rig_loop *loop = container_of(c, struct watcher, hooks)->loop;
 
-	if (!nic->watched || (qp->pending & (1 << side)))
-		return;
-	/* rig__loop_reserve made room for both rings of every queue pair */
-	nic->pending[nic->npending++] = (struct rig_ready){ &qp->pub, side };
-	qp->pending |= 1 << side;
-}
-
-void rig__loop_forget(struct rig__qp *qp)
-{
-	struct rig_nic *nic = qp->nic;
-	unsigned i, j;
-
-	if (!qp->pending)
-		return;
-	for (i = j = 0; i < nic->npending; i++)
-		if (nic->pending[i].qp != &qp->pub)
-			nic->pending[j++] = nic->pending[i];
-	nic->npending = j;
-	qp->pending = 0;
+	if (loop->watched)
+		post_locked(loop, &qp->news[side]);
 }
 
 /*
- * rig_nic_fd is readable while rings wait to be handed out, whoever
- * listed them: another thread's rig_qp_wait, rig_qp_destroy or
- * rig_nic_events may have read the channel or the async fd and used up
- * the readiness that would have woken the loop. The NIC's ready eventfd,
- * in the same epoll set, says so; it is written when the list fills and
- * read when it empties, so a loop that hands out everything it is woken
- * for pays no system call for it.
+ * rig_loop_fd is readable while news waits, whoever listed it: another
+ * thread's rig_qp_wait, rig_qp_destroy or rig_nic_events may have read
+ * the channel or the async fd and used up the readiness that would have
+ * woken the loop. The eventfd says so; it is written when the list fills
+ * and read when it empties, so a loop that hands out everything it is
+ * woken for pays no system call for it.
  */
-void rig__loop_signal(struct rig_nic *nic)
+static void on_done(struct rig__consumer *c)
 {
+	struct rig_loop *loop = container_of(c, struct watcher, hooks)->loop;
+	bool any = loop->news.next != &loop->news;
 	eventfd_t v;
 
-	if (nic->npending && !nic->ready_signalled) {
-		eventfd_write(nic->ready_efd, 1);
-		nic->ready_signalled = true;
-	} else if (!nic->npending && nic->ready_signalled) {
-		eventfd_read(nic->ready_efd, &v);
-		nic->ready_signalled = false;
+	if (any && !loop->ready_signalled) {
+		eventfd_write(loop->ready_efd, 1);
+		loop->ready_signalled = true;
+	} else if (!any && loop->ready_signalled) {
+		eventfd_read(loop->ready_efd, &v);
+		loop->ready_signalled = false;
 	}
 }
 
-RIG_EXPORT int rig_nic_fd(const struct rig_nic *nic)
+static void on_add(struct rig__consumer *c, struct rig__qp *qp)
 {
-	return nic ? nic->epfd : rig__fail(EINVAL, "rig_nic_fd: nic is NULL");
+	struct rig_loop *loop = container_of(c, struct watcher, hooks)->loop;
+	int side;
+
+	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
+		qp->news[side].what = (struct rig_ready){ &qp->pub, side, RIG_NEWS_RING, 0, 0 };
+		rig__list_init(&qp->news[side].link);
+		if (loop->watched)
+			arm(qp, side);
+	}
 }
 
-static int queue_poll(struct io_uring *ring, struct rig_nic *nic,
+static void on_forget(struct rig__consumer *c, struct rig__qp *qp)
+{
+	(void)c;
+	rig__list_del(&qp->news[RIG_SEND].link);
+	rig__list_del(&qp->news[RIG_RECEIVE].link);
+}
+
+void rig__loop_post(struct rig_loop *loop, struct rig__news *n)
+{
+	pthread_mutex_lock(&loop->lock);
+	post_locked(loop, n);
+	on_done(loop->watcher);
+	pthread_mutex_unlock(&loop->lock);
+}
+
+int rig__loop_open(struct rig_nic *nic, struct rig_loop **out)
+{
+	struct rig_loop *loop;
+	struct watcher *w;
+	int ret;
+
+	loop = calloc(1, sizeof(*loop) + sizeof(*w));
+	if (!loop)
+		return rig__fail(ENOMEM, "rig_loop_open: out of memory");
+	w = (struct watcher *)(loop + 1);
+	*w = (struct watcher){ { on_ring, on_done, on_add, on_forget }, loop };
+	loop->watcher = &w->hooks;
+	loop->nic = nic;
+	rig__list_init(&loop->news);
+	rig__list_init(&loop->owned);
+	ret = rig__events_open(loop);
+	if (ret) {
+		free(loop);
+		return ret;
+	}
+	pthread_mutex_init(&loop->lock, NULL);
+	pthread_mutex_init(&loop->cm_lock, NULL);
+	pthread_mutex_lock(&nic->lock);
+	rig__list_add(&nic->loops, &loop->link);
+	pthread_mutex_unlock(&nic->lock);
+	*out = loop;
+	return 0;
+}
+
+/* The loop's queue pair listed first in the NIC, or NULL. */
+static struct rig__qp *first_qp(struct rig_loop *loop)
+{
+	struct rig_nic *nic = loop->nic;
+	struct rig__qp *found = NULL;
+	struct rig__list *l;
+
+	pthread_mutex_lock(&nic->lock);
+	for (l = nic->qps.next; l != &nic->qps && !found; l = l->next) {
+		struct rig__qp *qp = container_of(l, struct rig__qp, link);
+
+		if (qp->loop == loop)
+			found = qp;
+	}
+	pthread_mutex_unlock(&nic->lock);
+	return found;
+}
+
+int rig__loop_free(struct rig_loop *loop)
+{
+	struct rig_nic *nic = loop->nic;
+	struct rig__qp *qp;
+	int ret = 0, r;
+
+	/* Listeners and half-open connections first: they make queue pairs. */
+	pthread_mutex_lock(&loop->cm_lock);
+	while (loop->owned.next != &loop->owned) {
+		struct rig__owned *o = container_of(loop->owned.next, struct rig__owned, link);
+
+		rig__list_del(&o->link);
+		o->close(o);
+	}
+	pthread_mutex_unlock(&loop->cm_lock);
+	while ((qp = first_qp(loop))) {
+		r = rig__qp_free(qp);
+		if (r) {
+			/* The NIC still holds it: leave its memory be. */
+			pthread_mutex_lock(&nic->lock);
+			rig__list_del(&qp->link);
+			pthread_mutex_unlock(&nic->lock);
+			if (!ret)
+				ret = r;
+		}
+	}
+	/* News nobody took: a failed dial's connection goes with it. */
+	while (loop->news.next != &loop->news) {
+		struct rig__news *n = container_of(loop->news.next, struct rig__news, link);
+
+		rig__list_del(&n->link);
+		if (n->handed)
+			n->handed(n);
+	}
+	pthread_mutex_lock(&nic->lock);
+	rig__list_del(&loop->link);
+	pthread_mutex_unlock(&nic->lock);
+	rig__events_close(loop);
+	pthread_mutex_destroy(&loop->lock);
+	pthread_mutex_destroy(&loop->cm_lock);
+	free(loop);
+	return ret;
+}
+
+RIG_EXPORT __cold int rig_loop_open(struct rig_nic *nic, struct rig_loop **out)
+{
+	if (!nic || !out)
+		return rig__fail(EINVAL, "rig_loop_open: NULL argument");
+	return rig__loop_open(nic, out);
+}
+
+RIG_EXPORT __cold int rig_loop_close(struct rig_loop *loop)
+{
+	if (!loop || loop == loop->nic->own)
+		return rig__fail(EINVAL, "rig_loop_close: %s", loop ? "the NIC's own loop goes with the NIC"
+								: "NULL loop");
+	return rig__loop_free(loop);
+}
+
+RIG_EXPORT struct rig_loop *rig_nic_loop(struct rig_nic *nic)
+{
+	if (!nic) {
+		rig__fail(EINVAL, "rig_nic_loop: nic is NULL");
+		return NULL;
+	}
+	return nic->own;
+}
+
+RIG_EXPORT int rig_loop_fd(const struct rig_loop *loop)
+{
+	return loop ? loop->epfd : rig__fail(EINVAL, "rig_loop_fd: loop is NULL");
+}
+
+static int queue_poll(struct io_uring *ring, struct rig_loop *loop,
 		      uint64_t user_data)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
 
 	if (!sqe)
 		return rig__fail(EBUSY, "rig_uring_watch: the io_uring has no free SQE");
-	io_uring_prep_poll_multishot(sqe, nic->epfd, POLLIN);
+	io_uring_prep_poll_multishot(sqe, loop->epfd, POLLIN);
 	io_uring_sqe_set_data64(sqe, user_data);
 	return 0;
 }
 
-RIG_EXPORT __cold int rig_uring_watch(struct io_uring *ring, struct rig_nic *nic,
+RIG_EXPORT __cold int rig_uring_watch(struct io_uring *ring, struct rig_loop *loop,
 				      uint64_t user_data)
 {
+	struct rig_nic *nic;
 	struct rig__list *l;
 	int ret;
 
-	if (!ring || !nic)
+	if (!ring || !loop)
 		return rig__fail(EINVAL, "rig_uring_watch: NULL argument");
+	nic = loop->nic;
 	pthread_mutex_lock(&nic->lock);
-	if (nic->watched) {
-		ret = rig__fail(EALREADY, "rig_uring_watch: %s is watched already", nic->name);
+	pthread_mutex_lock(&loop->lock);
+	if (loop->watched) {
+		ret = rig__fail(EALREADY, "rig_uring_watch: the loop is watched already");
 		goto out;
 	}
-	ret = queue_poll(ring, nic, user_data);
+	ret = queue_poll(ring, loop, user_data);
 	if (ret)
 		goto out;
-	nic->watched = true;
-	for (l = nic->qps.next; l != &nic->qps; l = l->next)
-		rig__loop_arm(container_of(l, struct rig__qp, link));
+	loop->watched = true;
+	for (l = nic->qps.next; l != &nic->qps; l = l->next) {
+		struct rig__qp *qp = container_of(l, struct rig__qp, link);
+
+		if (qp->loop == loop) {
+			arm(qp, RIG_SEND);
+			arm(qp, RIG_RECEIVE);
+		}
+	}
 out:
+	pthread_mutex_unlock(&loop->lock);
 	pthread_mutex_unlock(&nic->lock);
 	return ret;
 }
 
-RIG_EXPORT int rig_nic_handle(struct rig_nic *nic, struct rig_ready *ready, int max)
+RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, int max)
 {
-	unsigned n;
+	struct rig__news *n;
 	int ret, i;
 
-	if (!nic || !ready || max <= 0)
-		return rig__fail(EINVAL, "rig_nic_handle: %s",
-				 max <= 0 ? "no room for ready rings" : "NULL argument");
-	ret = rig_nic_events(nic);
+	if (!loop || !ready || max <= 0)
+		return rig__fail(EINVAL, "rig_loop_handle: %s",
+				 max <= 0 ? "no room for news" : "NULL argument");
+	ret = rig__events_async(loop->nic);
 	if (ret < 0)
 		return ret;
-	pthread_mutex_lock(&nic->lock);
-	rig__nic_take_completion_events(nic);
-	n = nic->npending < (unsigned)max ? nic->npending : (unsigned)max;
-	for (i = 0; i < (int)n; i++) {
-		ready[i] = nic->pending[i];
-		rig__qp(ready[i].qp)->pending &= ~(1 << ready[i].side);
-		arm(rig__qp(ready[i].qp), ready[i].side);
+	rig__events_take_cm(loop);
+	pthread_mutex_lock(&loop->lock);
+	rig__events_take_locked(loop);
+	for (i = 0; i < max && loop->news.next != &loop->news; i++) {
+		n = container_of(loop->news.next, struct rig__news, link);
+		rig__list_del(&n->link);
+		ready[i] = n->what;
+		if (n->what.news == RIG_NEWS_RING)
+			arm(rig__qp(n->what.qp), n->what.side);
+		if (n->handed)
+			n->handed(n);
 	}
-	nic->npending -= n;
-	memmove(nic->pending, nic->pending + n, nic->npending * sizeof(*nic->pending));
-	rig__loop_signal(nic);
-	pthread_mutex_unlock(&nic->lock);
-	return (int)n;
+	on_done(loop->watcher);
+	pthread_mutex_unlock(&loop->lock);
+	return i;
 }
 
-RIG_EXPORT int rig_uring_handle(struct io_uring *ring, struct rig_nic *nic,
+RIG_EXPORT int rig_uring_handle(struct io_uring *ring, struct rig_loop *loop,
 				const struct io_uring_cqe *cqe,
 				struct rig_ready *ready, int max)
 {
 	int ret;
 
-	if (!ring || !nic)
+	if (!ring || !loop)
 		return rig__fail(EINVAL, "rig_uring_handle: NULL argument");
 	/* A multishot poll that ended (no F_MORE) is queued again. */
 	if (cqe && !(cqe->flags & IORING_CQE_F_MORE)) {
 		if (!io_uring_sq_space_left(ring))
 			io_uring_submit(ring);
-		ret = queue_poll(ring, nic, cqe->user_data);
+		ret = queue_poll(ring, loop, cqe->user_data);
 		if (ret)
 			return ret;
 	}
-	return rig_nic_handle(nic, ready, max);
+	return rig_loop_handle(loop, ready, max);
 }

@@ -5,8 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -80,35 +78,6 @@ int rig__set_nonblock(int fd, const char *what)
 	return 0;
 }
 
-/* rig_nic_fd: one fd that is readable when the completion channel, the
- * async fd or the ready list's eventfd (lib/loop.c) is. */
-static int make_epoll(struct rig_nic *nic)
-{
-	struct epoll_event ev = { .events = EPOLLIN };
-	int ret;
-
-	nic->ready_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (nic->ready_efd < 0)
-		return rig__fail(errno, "eventfd: %s", strerror(errno));
-	nic->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (nic->epfd < 0) {
-		ret = rig__fail(errno, "epoll_create1: %s", strerror(errno));
-		goto out_efd;
-	}
-	if (epoll_ctl(nic->epfd, EPOLL_CTL_ADD, nic->channel->fd, &ev) ||
-	    epoll_ctl(nic->epfd, EPOLL_CTL_ADD, nic->ctx->async_fd, &ev) ||
-	    epoll_ctl(nic->epfd, EPOLL_CTL_ADD, nic->ready_efd, &ev)) {
-		ret = rig__fail(errno, "epoll_ctl: %s", strerror(errno));
-		close(nic->epfd);
-		goto out_efd;
-	}
-	return 0;
-
-out_efd:
-	close(nic->ready_efd);
-	return ret;
-}
-
 /* Takes the device if it has an active RoCE v2 port; 0 or -errno. */
 static int nic_init(struct rig_nic *nic, struct ibv_device *dev)
 {
@@ -166,25 +135,8 @@ static int nic_init(struct rig_nic *nic, struct ibv_device *dev)
 		ret = rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_alloc_pd");
 		goto out_close;
 	}
-	/* One channel serves every CQ of the NIC: one fd to watch, however
-	 * many queue pairs; each CQ's context names its queue pair. */
-	nic->channel = ibv_create_comp_channel(nic->ctx);
-	if (!nic->channel) {
-		ret = rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_create_comp_channel");
-		goto out_dealloc_pd;
-	}
-	ret = rig__set_nonblock(nic->channel->fd, "the completion channel");
-	if (ret)
-		goto out_destroy_channel;
-	ret = make_epoll(nic);
-	if (ret)
-		goto out_destroy_channel;
 	return 0;
 
-out_destroy_channel:
-	ibv_destroy_comp_channel(nic->channel);
-out_dealloc_pd:
-	ibv_dealloc_pd(nic->pd);
 out_close:
 	ibv_close_device(nic->ctx);
 	return ret;
@@ -217,14 +169,21 @@ RIG_EXPORT __cold int rig_nic_open(const char *name, struct rig_nic **out)
 	if (ret)
 		goto out_free;
 	pthread_mutex_init(&nic->lock, NULL);
+	rig__list_init(&nic->loops);
 	rig__list_init(&nic->qps);
 	rig__list_init(&nic->regions);
-	rig__list_init(&nic->listeners);
+	ret = rig__loop_open(nic, &nic->own);
+	if (ret)
+		goto out_device;
 	/* Devices rejected on the way leave no message behind. */
 	rig__clear_error();
 	*out = nic;
 	return 0;
 
+out_device:
+	pthread_mutex_destroy(&nic->lock);
+	ibv_dealloc_pd(nic->pd);
+	ibv_close_device(nic->ctx);
 out_free:
 	free(nic);
 	return ret;
@@ -236,19 +195,16 @@ RIG_EXPORT __cold int rig_nic_close(struct rig_nic *nic)
 
 	if (!nic)
 		return rig__fail(EINVAL, "rig_nic_close: nic is NULL");
-	/* Listeners first: they make queue pairs. */
-	while (nic->listeners.next != &nic->listeners)
-		rig__listener_free(nic->listeners.next);
-	while (nic->qps.next != &nic->qps) {
-		struct rig__qp *qp = container_of(nic->qps.next, struct rig__qp, link);
+	/* The loops with their listeners, connections and queue pairs; the
+	 * NIC's own last, as others' connections may have moved to it. */
+	while (nic->loops.next != &nic->loops) {
+		struct rig_loop *loop = container_of(nic->loops.next, struct rig_loop, link);
 
-		r = rig__qp_free(qp);
-		if (r) {
-			/* The NIC still holds it: leave its memory be. */
-			rig__list_del(&qp->link);
-			if (!ret)
-				ret = r;
-		}
+		if (loop == nic->own && loop->link.next != &nic->loops)
+			loop = container_of(loop->link.next, struct rig_loop, link);
+		r = rig__loop_free(loop);
+		if (r && !ret)
+			ret = r;
 	}
 	while (nic->regions.next != &nic->regions) {
 		struct rig__region *reg = container_of(nic->regions.next,
@@ -259,12 +215,6 @@ RIG_EXPORT __cold int rig_nic_close(struct rig_nic *nic)
 		rig__list_del(&reg->link);
 	}
 	rig__regions_free(nic);
-	close(nic->epfd);
-	close(nic->ready_efd);
-	free(nic->pending);
-	r = ibv_destroy_comp_channel(nic->channel);
-	if (r && !ret)
-		ret = rig__fail_verbs(r, nic, "ibv_destroy_comp_channel");
 	r = ibv_dealloc_pd(nic->pd);
 	if (r && !ret)
 		ret = rig__fail_verbs(r, nic, "ibv_dealloc_pd");

@@ -1,5 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* Making, connecting and destroying queue pairs (SPEC M1-M5, D1-D2). */
+/*
+ * Making, connecting and destroying queue pairs (SPEC M1-M5, D1-D2).
+ *
+ * A queue pair is made in a loop, whose completion channel takes its CQs'
+ * events for its life (events.c). It knows nothing of how its peer was
+ * found: a connection made by address (conn.c) owns it through a release
+ * hook, called when it is destroyed.
+ */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -26,7 +33,7 @@ static int ring_init(struct rig__qp *qp, struct rig__ring *ring)
 	ring->slot = calloc(RIG__SLOTS, sizeof(*ring->slot));
 	if (!ring->slot)
 		return rig__fail(ENOMEM, "rig_qp_make: no memory for a ring");
-	ring->cq = ibv_create_cq(nic->ctx, RIG_RING_ENTRIES, qp, nic->channel, 0);
+	ring->cq = ibv_create_cq(nic->ctx, RIG_RING_ENTRIES, qp, qp->loop->channel, 0);
 	if (!ring->cq) {
 		free(ring->slot);
 		return rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_create_cq");
@@ -49,18 +56,21 @@ static uint32_t random_psn(void)
 	return r & RIG_24BITS;
 }
 
-RIG_EXPORT __cold int rig_qp_make(struct rig_nic *nic, struct rig_qp **out)
+RIG_EXPORT __cold int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out)
 {
 	struct ibv_qp_init_attr attr = { 0 };
+	struct rig_nic *nic;
 	struct rig__qp *qp;
 	int ret;
 
-	if (!nic || !out)
+	if (!loop || !out)
 		return rig__fail(EINVAL, "rig_qp_make: NULL argument");
+	nic = loop->nic;
 	qp = calloc(1, sizeof(*qp));
 	if (!qp)
 		return rig__fail(ENOMEM, "rig_qp_make: out of memory");
 	qp->nic = nic;
+	qp->loop = loop;
 	ret = ring_init(qp, &qp->pub.ring[RIG_SEND]);
 	if (ret)
 		goto out_free;
@@ -86,26 +96,17 @@ RIG_EXPORT __cold int rig_qp_make(struct rig_nic *nic, struct rig_qp **out)
 	qp->pub.broken = RIG__UNCONNECTED;
 	qp->pub.msg_max = nic->msg_max;
 	qp->state = RIG__RESET;
-	qp->sleeper[RIG_SEND] = qp->sleeper[RIG_RECEIVE] = -1;
 	qp->self.qp = qp->pub.ibqp->qp_num;
 	qp->self.psn = random_psn();
 	memcpy(qp->self.gid, nic->gid.raw, 16);
 	memcpy(qp->self.mac, nic->mac, 6);
+	rig__events_add(qp);
 	pthread_mutex_lock(&nic->lock);
-	ret = rig__loop_reserve(nic, nic->nqps + 1);
-	if (!ret) {
-		nic->nqps++;
-		rig__list_add(&nic->qps, &qp->link);
-		rig__loop_arm(qp);
-	}
+	rig__list_add(&nic->qps, &qp->link);
 	pthread_mutex_unlock(&nic->lock);
-	if (ret)
-		goto out_qp;
 	*out = &qp->pub;
 	return 0;
 
-out_qp:
-	ibv_destroy_qp(qp->pub.ibqp);
 out_receive_ring:
 	ring_fini(&qp->pub.ring[RIG_RECEIVE]);
 out_send_ring:
@@ -113,6 +114,13 @@ out_send_ring:
 out_free:
 	free(qp);
 	return ret;
+}
+
+RIG_EXPORT __cold int rig_qp_make(struct rig_nic *nic, struct rig_qp **out)
+{
+	if (!nic)
+		return rig__fail(EINVAL, "rig_qp_make: NULL argument");
+	return rig_qp_make_in(nic->own, out);
 }
 
 RIG_EXPORT void rig_qp_endpoint(const struct rig_qp *qp, struct rig_endpoint *out)
@@ -234,36 +242,36 @@ RIG_EXPORT __cold int rig_qp_connect(struct rig_qp *pub,
 	return 0;
 }
 
-/* Destroys what the NIC holds for @qp, then frees it; the NIC's lock must
- * not be held. On a refusal the queue pair stays listed, marked destroyed,
- * for rig_nic_close to try again (D2). */
+static void destroy_cqs(struct rig__qp *qp)
+{
+	ring_fini(&qp->pub.ring[RIG_SEND]);
+	ring_fini(&qp->pub.ring[RIG_RECEIVE]);
+}
+
+/* Destroys what the NIC holds for @qp, then frees it; no lock of its NIC
+ * or loop may be held. On a refusal the queue pair stays listed, marked
+ * destroyed, for rig_nic_close to try again (D2). */
 int rig__qp_free(struct rig__qp *qp)
 {
 	struct rig_nic *nic = qp->nic;
+	struct rig__qp_owner *owner = qp->owner;
 	int ret;
 
+	/* Its connection first: no rdma_cm event names it after this. */
+	if (owner) {
+		qp->owner = NULL;
+		owner->release(owner);
+	}
 	ret = ibv_destroy_qp(qp->pub.ibqp);
 	if (ret) {
 		qp->state = RIG__DESTROYED;
 		return rig__fail_verbs(ret, nic, "ibv_destroy_qp");
 	}
-	/*
-	 * ibv_destroy_cq waits until every completion event read from the
-	 * channel for the CQ is acked. Everyone reads the channel under the
-	 * NIC's lock, so holding it from the last read to the destroy leaves
-	 * no event read and unacked; the kernel drops those still unread.
-	 */
+	/* Unlisted, no async event finds it. */
 	pthread_mutex_lock(&nic->lock);
-	rig__nic_take_completion_events(nic);
-	rig__qp_ack_events(qp);
-	rig__loop_forget(qp);
-	rig__loop_signal(nic);
 	rig__list_del(&qp->link);
-	nic->nqps--;
-	ring_fini(&qp->pub.ring[RIG_SEND]);
-	ring_fini(&qp->pub.ring[RIG_RECEIVE]);
 	pthread_mutex_unlock(&nic->lock);
-	rig__qp_cm_free(qp);
+	rig__events_forget(qp, destroy_cqs);
 	free(qp);
 	return 0;
 }

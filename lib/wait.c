@@ -1,18 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Waiting for completions (SPEC T2) on the NIC's one completion channel.
+ * Waiting for completions (SPEC T2) on the queue pair's loop's channel.
  *
  * The sequence that loses no wakeup: poll, arm the CQ, poll again, then
  * sleep on the channel fd. The channel is shared by every queue pair of
- * the NIC, and queue pairs may wait in different threads (C3), so a thread
- * may read the event that another thread's ring was armed for. Each
- * sleeping thread therefore registers an eventfd on its ring, and whoever
- * reads an event wakes the ring's sleeper through it.
+ * the loop, and queue pairs may wait in different threads (C3), so a
+ * thread may read the event that another thread's ring was armed for.
+ * Each sleeping thread is therefore a consumer of the demultiplexer
+ * (events.c) for its ring: whoever reads an event for the ring wakes the
+ * sleeper through its eventfd.
  *
  * Each thread sleeps in an io_uring of its own, on the channel fd, its
- * eventfd and the NIC's async fd (async events fail queue pairs, F1, F6).
+ * eventfd, the NIC's async fd (async events fail queue pairs, F1, F6) and
+ * the loop's rdma_cm channel (a peer that leaves fails its queue pair).
  */
 #include <liburing.h>
+#include <rdma/rdma_cma.h>
 #include <poll.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -24,12 +27,11 @@
 /* How long a wait polls before it sleeps: long enough to catch a reply
  * that is on its way, short enough not to burn a core. */
 #define RIG_WAIT_SPIN_NS 50000
-/* Completion events acked per ibv_ack_cq_events call. */
-#define RIG_ACK_BATCH 64
 
 /* Each thread that sleeps gets its own io_uring and eventfd, on first
  * use, and gives them back when it exits. */
 struct waiter {
+	struct rig__consumer hooks;	/* for the ring it sleeps on */
 	struct io_uring ring;
 	int efd;
 	bool ready;
@@ -55,6 +57,17 @@ static void waiter_exit(void *unused)
 static void waiter_key_init(void)
 {
 	waiter_key_error = pthread_key_create(&waiter_key, waiter_exit);
+}
+
+/* Another thread read an event for the ring this waiter sleeps on. */
+static void on_ring(struct rig__consumer *self, struct rig__qp *qp, int side)
+{
+	struct waiter *w = container_of(self, struct waiter, hooks);
+
+	(void)qp;
+	(void)side;
+	if (w != &waiter)
+		eventfd_write(w->efd, 1);
 }
 
 static int waiter_init(void)
@@ -85,6 +98,7 @@ static int waiter_init(void)
 		return rig__fail(ret, "rig_qp_wait: pthread_setspecific: %s",
 				 strerror(ret));
 	}
+	waiter.hooks.ring = on_ring;
 	waiter.ready = true;
 	return 0;
 }
@@ -105,61 +119,26 @@ static int64_t now_ns(void)
 	return ts.tv_sec * 1000000000ll + ts.tv_nsec;
 }
 
-void rig__nic_take_completion_events(struct rig_nic *nic)
-{
-	struct ibv_cq *cq;
-	void *ctx;
-
-	while (!ibv_get_cq_event(nic->channel, &cq, &ctx)) {
-		struct rig__qp *qp = ctx;
-		int side = cq == qp->pub.ring[RIG_RECEIVE].cq;
-
-		if (++qp->unacked[side] >= RIG_ACK_BATCH) {
-			ibv_ack_cq_events(cq, qp->unacked[side]);
-			qp->unacked[side] = 0;
-		}
-		/* Another thread sleeps on this ring: wake it. */
-		if (qp->sleeper[side] >= 0 &&
-		    !(waiter.ready && qp->sleeper[side] == waiter.efd))
-			eventfd_write(qp->sleeper[side], 1);
-		rig__loop_ready(qp, side);
-	}
-}
-
-void rig__qp_ack_events(struct rig__qp *qp)
-{
-	int side;
-
-	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
-		if (qp->unacked[side])
-			ibv_ack_cq_events(qp->pub.ring[side].cq, qp->unacked[side]);
-		qp->unacked[side] = 0;
-	}
-}
-
-static void set_sleeper(struct rig__qp *qp, enum rig_side side, int efd)
-{
-	pthread_mutex_lock(&qp->nic->lock);
-	qp->sleeper[side] = efd;
-	pthread_mutex_unlock(&qp->nic->lock);
-}
-
 /* What woke a sleep. */
-enum { WOKE_CHANNEL = 1 << 0, WOKE_EFD = 1 << 1, WOKE_ASYNC = 1 << 2 };
+enum { WOKE_CHANNEL = 1 << 0, WOKE_EFD = 1 << 1, WOKE_ASYNC = 1 << 2,
+       WOKE_CM = 1 << 3 };
 
-/* Sleeps until the channel, this thread's eventfd or the async fd is
- * readable, or @ns pass; returns which woke it (WOKE_*), or -errno. The
- * polls are one-shot; those that did not fire are removed before return,
- * so the ring is empty for the next sleep. */
-static int sleep_on(struct rig_nic *nic, int64_t ns)
+/* Sleeps until the channel, this thread's eventfd, the async fd or the
+ * rdma_cm channel is readable, or @ns pass; returns which woke it
+ * (WOKE_*), or -errno. The polls are one-shot; those that did not fire
+ * are removed before return, so the ring is empty for the next sleep. */
+static int sleep_on(struct rig_loop *loop, int64_t ns)
 {
-	const int fds[3] = { nic->channel->fd, waiter.efd, nic->ctx->async_fd };
+	struct rdma_event_channel *cm = __atomic_load_n(&loop->cm, __ATOMIC_ACQUIRE);
+	const int fds[4] = { loop->channel->fd, waiter.efd, loop->nic->ctx->async_fd,
+			     cm ? cm->fd : -1 };
+	const int nfds = cm ? 4 : 3, all = (1 << nfds) - 1;
 	struct __kernel_timespec ts = { ns / 1000000000, ns % 1000000000 };
 	struct io_uring *ring = &waiter.ring;
 	struct io_uring_cqe *cqe;
 	int i, ret, woke = 0, done = 0, removes = 0;
 
-	for (i = 0; i < 3; i++) {
+	for (i = 0; i < nfds; i++) {
 		struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
 
 		if (!sqe)
@@ -184,10 +163,10 @@ static int sleep_on(struct rig_nic *nic, int64_t ns)
 			}
 			io_uring_cqe_seen(ring, cqe);
 		}
-		if (done == 7 && removes <= 0)
+		if (done == all && removes <= 0)
 			return woke;
 		if (!removes) {
-			for (i = 0; i < 3; i++) {
+			for (i = 0; i < nfds; i++) {
 				struct io_uring_sqe *sqe;
 
 				if (done & (1 << i))
@@ -240,7 +219,7 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 	ret = waiter_init();
 	if (ret)
 		return ret;
-	set_sleeper(qp, side, waiter.efd);
+	rig__events_set_sleeper(qp, side, &waiter.hooks);
 	for (;;) {
 		/* Arm, then poll: a completion that came before the arming is
 		 * found by the poll, one after it raises an event. */
@@ -253,18 +232,17 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 		left = deadline - now_ns();
 		if (ret || left <= 0)
 			break;
-		woke = ret = sleep_on(qp->nic, left);
+		woke = ret = sleep_on(qp->loop, left);
 		if (ret < 0)
 			break;
-		/* An async event fails queue pairs; poll then reports it. */
-		if ((woke & WOKE_ASYNC) && (ret = rig_nic_events(qp->nic)) < 0)
+		/* An async event or a peer that left fails queue pairs; the
+		 * poll then reports it. */
+		if ((woke & WOKE_ASYNC) && (ret = rig__events_async(qp->nic)) < 0)
 			break;
-		if (woke & WOKE_CHANNEL) {
-			pthread_mutex_lock(&qp->nic->lock);
-			rig__nic_take_completion_events(qp->nic);
-			rig__loop_signal(qp->nic);
-			pthread_mutex_unlock(&qp->nic->lock);
-		}
+		if (woke & WOKE_CM)
+			rig__events_take_cm(qp->loop);
+		if (woke & WOKE_CHANNEL)
+			rig__events_take(qp->loop);
 		if (woke & WOKE_EFD)
 			eventfd_read(waiter.efd, &drained);
 		/* Poll before arming again: the completion is most likely
@@ -273,7 +251,7 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 		if (ret || deadline - now_ns() <= 0)
 			break;
 	}
-	set_sleeper(qp, side, -1);
+	rig__events_set_sleeper(qp, side, NULL);
 	/* Only now that no ring names its eventfd may the thread's waiter
 	 * go (the fd number could be reused). */
 	if (waiter.broken)

@@ -127,7 +127,6 @@ void fake_reset(struct fake *f)
 	memset(&f->q, 0, sizeof(f->q));
 	f->q.nic = &f->nic;
 	f->q.state = RIG__CONNECTED;
-	f->q.sleeper[RIG_SEND] = f->q.sleeper[RIG_RECEIVE] = -1;
 	rig__list_add(&f->nic.qps, &f->q.link);
 	f->q.pub.ibqp = &f->ibqp;
 	f->q.pub.nic = &f->nic;

@@ -97,7 +97,7 @@ static void *read_events(void *unused)
 {
 	(void)unused;
 	sem_wait(&reader.go);
-	reader.n = rig_nic_handle(reader.nic, reader.ready, 8);
+	reader.n = rig_loop_handle(rig_nic_loop(reader.nic), reader.ready, 8);
 	sem_post(&reader.done);
 	return NULL;
 }
@@ -119,7 +119,7 @@ Test(destroy, D1_event_read_by_the_loop_during_destroy, .timeout = 60)
 	t_buf(&rx, nic, 64, 2);
 	/* Watching arms every ring: a CQE on them raises an event. */
 	cr_assert_eq(io_uring_queue_init(4, &ring, 0), 0);
-	cr_assert_eq(rig_uring_watch(&ring, nic, 1), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_uring_watch(&ring, rig_nic_loop(nic), 1), 0, "%s", rig_errmsg());
 	a = t_qp(nic);
 	b = t_qp(nic);
 	t_connect(a, b);

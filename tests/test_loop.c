@@ -53,7 +53,7 @@ static int run_loop(struct io_uring *ring, struct rig_nic *nic,
 		} else {
 			cr_assert_eq(cqe->user_data, TAG_RIG);
 			for (const struct io_uring_cqe *h = cqe;
-			     (n = rig_uring_handle(ring, nic, h, ready, 64)) > 0; h = NULL) {
+			     (n = rig_uring_handle(ring, rig_nic_loop(nic), h, ready, 64)) > 0; h = NULL) {
 				for (i = 0; i < n; i++) {
 					/* The CQ context names the queue pair: find
 					 * its index for the count. */
@@ -98,8 +98,8 @@ Test(loop, each_of_1024_queue_pairs_gets_its_completions, .timeout = 300)
 	for (i = 0; i < NQP; i += 2)
 		t_connect(qps[i], qps[i + 1]);
 
-	cr_assert_eq(rig_uring_watch(&ring, nic, TAG_RIG), 0, "%s", rig_errmsg());
-	cr_assert_eq(rig_uring_watch(&ring, nic, TAG_RIG), -EALREADY);
+	cr_assert_eq(rig_uring_watch(&ring, rig_nic_loop(nic), TAG_RIG), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_uring_watch(&ring, rig_nic_loop(nic), TAG_RIG), -EALREADY);
 	queue_tick(&ring);
 	io_uring_submit(&ring);
 
@@ -140,7 +140,7 @@ Test(loop, small_batches_lose_nothing)
 		qps[i] = t_qp(nic);
 	for (i = 0; i < NQP; i += 2)
 		t_connect(qps[i], qps[i + 1]);
-	cr_assert_eq(rig_uring_watch(&ring, nic, TAG_RIG), 0);
+	cr_assert_eq(rig_uring_watch(&ring, rig_nic_loop(nic), TAG_RIG), 0);
 	io_uring_submit(&ring);
 	for (i = 0; i < NQP; i++)
 		cr_assert_eq(rig_qp_receive(qps[i], buf.r, i * 64, 64), 0);
@@ -153,8 +153,8 @@ Test(loop, small_batches_lose_nothing)
 	cr_assert_eq(rig_nic_close(nic), 0);
 }
 
-/* The same without io_uring: rig_nic_fd() in an epoll loop, and
- * rig_nic_handle() for its readiness. */
+/* The same without io_uring: rig_loop_fd() in an epoll loop, and
+ * rig_loop_handle() for its readiness. */
 Test(loop, nic_fd_in_epoll)
 {
 	enum { NQP = 8 };
@@ -175,10 +175,10 @@ Test(loop, nic_fd_in_epoll)
 		t_connect(qps[i], qps[i + 1]);
 	/* Watching arms the rings; the poll it queues is never submitted. */
 	cr_assert_eq(io_uring_queue_init(4, &ring, 0), 0);
-	cr_assert_eq(rig_uring_watch(&ring, nic, TAG_RIG), 0);
+	cr_assert_eq(rig_uring_watch(&ring, rig_nic_loop(nic), TAG_RIG), 0);
 	ep = epoll_create1(0);
-	cr_assert_eq(epoll_ctl(ep, EPOLL_CTL_ADD, rig_nic_fd(nic), &ev), 0);
-	cr_assert_eq(rig_nic_handle(nic, ready, 0), -EINVAL);
+	cr_assert_eq(epoll_ctl(ep, EPOLL_CTL_ADD, rig_loop_fd(rig_nic_loop(nic)), &ev), 0);
+	cr_assert_eq(rig_loop_handle(rig_nic_loop(nic), ready, 0), -EINVAL);
 	for (i = 0; i < NQP; i++)
 		cr_assert_eq(rig_qp_receive(qps[i], buf.r, i * 64, 64), 0);
 	for (i = 0; i < NQP; i++)
@@ -188,7 +188,7 @@ Test(loop, nic_fd_in_epoll)
 		if (epoll_wait(ep, &out, 1, 100) != 1)
 			continue;
 		/* Four at a time: the rest wait for the next call. */
-		while ((n = rig_nic_handle(nic, ready, 4)) > 0)
+		while ((n = rig_loop_handle(rig_nic_loop(nic), ready, 4)) > 0)
 			for (k = 0; k < n; k++)
 				while (rig_qp_poll(ready[k].qp, ready[k].side, &c) == 1) {
 					cr_assert_eq(c.error, 0, "%s", c.why);

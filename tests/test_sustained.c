@@ -6,7 +6,7 @@
  * One loop watches 64 queue pairs that keep both their rings busy: random
  * batches of sends and receives, up to 16 sends in flight each, 10^5
  * messages in all ($RIG_TEST_MESSAGES). The loop polls only the rings that
- * rig_uring_handle or rig_nic_handle lists. A loop that gives each ring one
+ * rig_uring_handle or rig_loop_handle lists. A loop that gives each ring one
  * or two completions never sees what this one does: an event that uses up
  * the arming of a ring that is still listed (a lost wakeup), and a ready
  * list that other threads fill while the loop's fd stays quiet.
@@ -52,7 +52,7 @@
 #define HDR 16			/* struct msg_hdr */
 #define BATCH 16		/* entries of a post or a poll, at most */
 #define READY_MAX 16		/* io_uring loop: rings per rig_uring_handle call */
-#define EPOLL_BATCH 4		/* epoll loop: rings per rig_nic_handle call */
+#define EPOLL_BATCH 4		/* epoll loop: rings per rig_loop_handle call */
 #define DRAIN_CALLS (2 * NQP / READY_MAX + 1)	/* see drain_listed() */
 #define DRAIN_TURNS (2 * (NQP + 2) / EPOLL_BATCH + 1)	/* and the churn pair */
 #define MESSAGES 100000		/* sends in all, unless $RIG_TEST_MESSAGES */
@@ -278,7 +278,7 @@ static void watch(struct run *t)
 
 	cr_assert_eq(io_uring_queue_init(16, &t->ring, 0), 0);
 	for (k = 0; k < t->nnics; k++)
-		cr_assert_eq(rig_uring_watch(&t->ring, t->nics[k], TAG_NIC + k), 0,
+		cr_assert_eq(rig_uring_watch(&t->ring, rig_nic_loop(t->nics[k]), TAG_NIC + k), 0,
 			     "rig_uring_watch: %s", rig_errmsg());
 	if (t->kind == LOOP_URING) {
 		cr_assert_eq(io_uring_submit(&t->ring), t->nnics);
@@ -288,7 +288,7 @@ static void watch(struct run *t)
 	cr_assert_geq(t->ep, 0);
 	for (k = 0; k < t->nnics; k++) {
 		ev.data.u32 = (uint32_t)k;
-		cr_assert_eq(epoll_ctl(t->ep, EPOLL_CTL_ADD, rig_nic_fd(t->nics[k]), &ev), 0);
+		cr_assert_eq(epoll_ctl(t->ep, EPOLL_CTL_ADD, rig_loop_fd(rig_nic_loop(t->nics[k])), &ev), 0);
 	}
 }
 
@@ -592,7 +592,7 @@ static bool handle_once(struct run *t, int k, const struct io_uring_cqe *cqe)
 	struct rig_ready ready[READY_MAX];
 	int n;
 
-	n = rig_uring_handle(&t->ring, t->nics[k], cqe, ready, READY_MAX);
+	n = rig_uring_handle(&t->ring, rig_nic_loop(t->nics[k]), cqe, ready, READY_MAX);
 	CHECK(n >= 0, "rig_uring_handle: %d %s", n, rig_errmsg());
 	on_ready(t, ready, n, READY_MAX);
 	t->more[k] = n == READY_MAX;
@@ -653,8 +653,8 @@ static int turn_epoll(struct run *t, int ms)
 	n = epoll_wait(t->ep, ev, 2, ms);
 	CHECK(n >= 0 || errno == EINTR, "epoll_wait: %s", strerror(errno));
 	for (j = 0; j < n; j++) {
-		got = rig_nic_handle(t->nics[ev[j].data.u32], ready, EPOLL_BATCH);
-		CHECK(got >= 0, "rig_nic_handle: %d %s", got, rig_errmsg());
+		got = rig_loop_handle(rig_nic_loop(t->nics[ev[j].data.u32]), ready, EPOLL_BATCH);
+		CHECK(got >= 0, "rig_loop_handle: %d %s", got, rig_errmsg());
 		on_ready(t, ready, got, EPOLL_BATCH);
 	}
 	return n > 0 ? n : 0;
@@ -1138,7 +1138,7 @@ Test(loop_sustained, uring_64_queue_pairs_1e5_messages, .timeout = 600)
 	free(t);
 }
 
-/* epoll on rig_nic_fd, level-triggered, four rings per rig_nic_handle per
+/* epoll on rig_loop_fd, level-triggered, four rings per rig_loop_handle per
  * wakeup, while the churn thread reads the channel and the async fd: its
  * cycles for three quarters of the run, then its sleeps in rig_qp_wait. */
 Test(loop_sustained, epoll_with_churn_thread, .timeout = 600)

@@ -7,6 +7,23 @@
  * manager's private data and connect with rig_qp_connect(), so the queue
  * pairs follow exactly the rules of SPEC M3 and M4. The peer's private
  * data is untrusted: rig_cm_parse() checks it.
+ *
+ * A connection owns its queue pair: rig_qp_destroy() disconnects it.
+ * While it lives, its loop watches it: when the peer leaves (its process
+ * exits or is killed, it destroys its queue pair or closes its NIC), the
+ * queue pair fails at once with -ECONNRESET, as an async event fails it
+ * (SPEC F1, F6), and the loop hands out RIG_NEWS_GONE. Queue pairs
+ * connected by exchanging endpoints some other way learn it only from the
+ * transport's retries, and only when they send.
+ *
+ * Two ways to drive the handshake, over the same steps:
+ * - in a loop (loop.h): rig_loop_listen() and rig_loop_dial() never block
+ *   for more than one control system call; accepted connections and each
+ *   dial's outcome come out of rig_uring_handle() as news, and the
+ *   bounds run on the loop's clock (a timer in rig_loop_fd());
+ * - blocking, for programs without a loop: rig_listen() with rig_accept(),
+ *   and rig_dial().
+ * A handshake the peer leaves half-done is dropped after RIG_CM_HALF_OPEN_MS.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -19,14 +36,38 @@ extern "C" {
 
 struct rig_nic;
 struct rig_qp;
+struct rig_loop;
 struct rig_listener;
 
 /* What goes in the private data: the tag "rig1", then the endpoint. */
 #define RIG_CM_PRIVATE 34
+/* How long an accepted request may take to become a connection. */
+#define RIG_CM_HALF_OPEN_MS 3000
+
+/**
+ * rig_loop_listen - listen on @addr, @port (as rig_listen()) in @loop:
+ * each connection it accepts comes out of the loop as RIG_NEWS_ACCEPTED
+ * with @cookie. Close it with rig_listener_close().
+ */
+int rig_loop_listen(struct rig_loop *loop, const char *addr, uint16_t port,
+		    uint64_t cookie, struct rig_listener **out);
+
+/**
+ * rig_loop_dial - start connecting to @addr, @port from @loop
+ *
+ * Returns 0 once the dial is under way; its outcome comes out of the loop
+ * as RIG_NEWS_DIALED with @cookie: the queue pair (made in @loop), or
+ * -ETIMEDOUT after @us microseconds, -ECONNREFUSED, -EHOSTUNREACH,
+ * -ENETUNREACH, -ENODEV or -EPROTO as for rig_dial(). Returns -errno, and
+ * no news comes, when it cannot start.
+ */
+int rig_loop_dial(struct rig_loop *loop, const char *addr, uint16_t port,
+		  int64_t us, uint64_t cookie);
 
 /**
  * rig_listen - listen for connections on @addr (numeric IPv4 or IPv6),
- * @port; the address must belong to @nic's port
+ * @port, for rig_accept(); the address must belong to @nic's port. The
+ * queue pairs it accepts are made in the NIC's own loop.
  *
  * Returns 0 and sets *out, or -errno (rig_errmsg() names the step).
  */
@@ -44,8 +85,9 @@ int rig_listener_fd(const struct rig_listener *l);
  * microseconds for a request; sets *out to a connected queue pair
  *
  * Once it has a request, the handshake takes what it takes (bounded at
- * 5 s), so rig_accept(l, 0, &qp) after rig_listener_fd() fired accepts
- * without waiting for another request.
+ * RIG_CM_HALF_OPEN_MS), so rig_accept(l, 0, &qp) after rig_listener_fd()
+ * fired accepts without waiting for another request. Requests that come
+ * meanwhile are taken too, and their connections kept for the next calls.
  *
  * Returns 0; -ETIMEDOUT when no request came in time; -EPROTO when the
  * peer's private data is not a rig endpoint (the request is rejected, the
@@ -58,7 +100,8 @@ int rig_listener_close(struct rig_listener *l);
 
 /**
  * rig_dial - connect to a listener at @addr, @port from @nic, waiting at
- * most @us microseconds for address and route resolution and the answer
+ * most @us microseconds for address and route resolution and the answer;
+ * the queue pair is made in the NIC's own loop
  *
  * Returns 0 and sets *out to a connected queue pair; -ETIMEDOUT at the
  * bound; -ECONNREFUSED when nobody listens there; -EHOSTUNREACH or

@@ -10,6 +10,7 @@
 #include <rig/endpoint.h>
 #include <rig/qp.h>
 #include <rig/wait.h>
+#include <rig/loop.h>
 #include <rig/cm.h>
 
 #endif

@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef RIG_LOOP_H
+#define RIG_LOOP_H
+/*
+ * Loops: completions and connections in the application's own io_uring,
+ * beside its sockets, files and timers, with one loop per thread.
+ *
+ * A loop belongs to one NIC and is watched by one thread. A queue pair is
+ * bound to its loop when it is made (rig_qp_make_in()); its completion
+ * events then reach that loop only: each loop has a completion channel of
+ * its own, so the kernel sorts the events, and an event costs the same
+ * with one loop as with many. rig_qp_make() makes a queue pair in the
+ * NIC's own loop, rig_nic_loop(). rig_qp_wait() works on a queue pair of
+ * any loop, watched or not.
+ *
+ * Each loop has one fd, rig_loop_fd(), readable when one of its rings has
+ * a completion event, the NIC has an async event, a connection of the loop
+ * moves on, or news waits to be handed out. rig_uring_watch() queues a
+ * multishot poll on it, tagged with the application's user_data, and
+ * rig_uring_handle() turns the poll's CQE into a list of news:
+ *
+ *	struct rig_ready ready[64];
+ *	struct rig_completion c;
+ *	struct io_uring_cqe *cqe;
+ *	int i, n;
+ *
+ *	rig_loop_open(nic, &loop);		// one per thread
+ *	rig_qp_make_in(loop, &qp);		// ... its queue pairs
+ *	rig_uring_watch(&ring, loop, RDMA_TAG);
+ *	io_uring_submit(&ring);
+ *	for (;;) {
+ *		io_uring_wait_cqe(&ring, &cqe);
+ *		if (cqe->user_data == RDMA_TAG) {
+ *			n = rig_uring_handle(&ring, loop, cqe, ready, 64);
+ *			for (i = 0; i < n; i++)
+ *				if (ready[i].news == RIG_NEWS_RING)	// poll it dry
+ *					while (rig_qp_poll(ready[i].qp, ready[i].side, &c) == 1)
+ *						on_completion(ready[i].qp, ready[i].side, &c);
+ *				else
+ *					on_connection(&ready[i]);	// cm.h
+ *			// n == 64: call again with cqe NULL for the rest
+ *		} else {
+ *			on_other_io(cqe);	// sockets, timers, files...
+ *		}
+ *		io_uring_cqe_seen(&ring, cqe);
+ *		io_uring_submit(&ring);
+ *	}
+ *
+ * A ring is armed when it is handed out, before the application polls it
+ * dry: a completion that lands after the arming raises an event, one
+ * before it is found by the poll. A listed ring stays unarmed until then.
+ */
+#include <stdint.h>
+
+#include <rig/qp.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct rig_nic;
+struct rig_loop;
+/* liburing's; the application includes <liburing.h> (which needs POSIX
+ * in strict C99, so this header does not). */
+struct io_uring;
+struct io_uring_cqe;
+
+/* What rig_uring_handle() hands out. */
+enum rig_news {
+	RIG_NEWS_RING,		/* poll @qp's ring @side dry */
+	RIG_NEWS_ACCEPTED,	/* a listener of the loop accepted @qp (cm.h) */
+	RIG_NEWS_DIALED,	/* rig_loop_dial() @cookie ended: @qp connected
+				 * and @result 0, or @qp NULL and @result -errno */
+	RIG_NEWS_GONE,		/* @qp's connection ended (@result: -ECONNRESET
+				 * when the peer left, -ENODEV when the device
+				 * went); its rings report the failure */
+};
+
+struct rig_ready {
+	struct rig_qp *qp;
+	enum rig_side side;	/* RIG_NEWS_RING */
+	enum rig_news news;
+	int result;
+	uint64_t cookie;	/* of the dial, or of the accepting listener */
+};
+
+/**
+ * rig_loop_open - a new loop of @nic, for one thread's event loop
+ *
+ * Returns 0 and sets *out, or -errno.
+ */
+int rig_loop_open(struct rig_nic *nic, struct rig_loop **out);
+
+/**
+ * rig_loop_close - close @loop: its listeners, half-open connections and
+ * queue pairs go with it. The NIC's own loop goes with the NIC only
+ * (-EINVAL). Returns 0 or the first -errno met on the way.
+ */
+int rig_loop_close(struct rig_loop *loop);
+
+/** rig_nic_loop - the NIC's own loop, which rig_qp_make() uses */
+struct rig_loop *rig_nic_loop(struct rig_nic *nic);
+
+/**
+ * rig_qp_make_in - rig_qp_make(), with the queue pair bound to @loop for
+ * its life
+ */
+int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out);
+
+/**
+ * rig_loop_fd - the loop's one fd, for io_uring, epoll or libuv loops
+ *
+ * Level-triggered: readable until rig_loop_handle() has handed out every
+ * piece of news (another thread's rig_qp_wait, rig_qp_destroy or
+ * rig_nic_events may have read the event that listed a ring).
+ */
+int rig_loop_fd(const struct rig_loop *loop);
+
+/**
+ * rig_uring_watch - watch @loop in the application's io_uring @ring
+ *
+ * Arms the rings of every queue pair the loop has, and will have, and
+ * queues one multishot poll on rig_loop_fd() tagged @user_data (not
+ * submitted). Returns 0, -EBUSY when @ring has no free SQE, or -EALREADY
+ * if @loop is watched already.
+ */
+int rig_uring_watch(struct io_uring *ring, struct rig_loop *loop,
+		    uint64_t user_data);
+
+/**
+ * rig_uring_handle - handle a CQE tagged with @loop's user_data
+ *
+ * Re-queues the multishot poll if @cqe says it ended, then does what
+ * rig_loop_handle() does. Returns the count filled, or -errno.
+ */
+int rig_uring_handle(struct io_uring *ring, struct rig_loop *loop,
+		     const struct io_uring_cqe *cqe, struct rig_ready *ready,
+		     int max);
+
+/**
+ * rig_loop_handle - take the loop's events and hand out its news
+ *
+ * Takes the loop's completion events (acking them in batches), the NIC's
+ * async events and the loop's connection events, moves its connections on
+ * (and drops half-open ones past their bound), and fills @ready with up to
+ * @max pieces of news; a ring failed by an async event or by its peer
+ * leaving is listed too. With more than @max, call it again.
+ *
+ * Returns the count filled, or -errno.
+ */
+int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, int max);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

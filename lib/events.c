@@ -1,0 +1,302 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The demultiplexer: the one place that reads a loop's completion channel,
+ * the NIC's async fd and the loop's rdma_cm channel, acks what it reads,
+ * and tells each interested consumer that a ring has news. Its consumers
+ * sit above it and register hooks (struct rig__consumer): the thread
+ * sleeping on a ring in rig_qp_wait (wait.c) and the loop's news list
+ * (loop.c); rdma_cm events go to the connection layer (conn.c). Nothing
+ * here calls into them by name: the arrows run from them to here.
+ *
+ *	conn.c ──> loop.c ──> qp.c ──> events.c ──> ring.c
+ *	            wait.c ──────────────┘
+ *
+ * Locks: a loop's lock covers its channel reads, acks, sleepers and news;
+ * its cm_lock the rdma_cm reads and the connections' steps. Order: cm_lock,
+ * then the NIC's lock, then a loop's lock.
+ *
+ * Async events (SPEC F1, F6) may be read by any thread, while each queue
+ * pair belongs to its owner's thread (C3), so a failure from outside the
+ * rings is only recorded, with RIG__EVENT set; the owner's next poll
+ * applies it (ring.c).
+ */
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <rdma/rdma_cma.h>
+
+#include "internal.h"
+
+/* Completion events acked per ibv_ack_cq_events call. */
+#define RIG_ACK_BATCH 64
+
+static int epoll_add(struct rig_loop *loop, int fd)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, fd, &ev))
+		return rig__fail(errno, "epoll_ctl: %s", strerror(errno));
+	return 0;
+}
+
+int rig__events_open(struct rig_loop *loop)
+{
+	struct rig_nic *nic = loop->nic;
+	int ret;
+
+	loop->epfd = loop->timer_fd = loop->ready_efd = -1;
+	loop->channel = ibv_create_comp_channel(nic->ctx);
+	if (!loop->channel)
+		return rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_create_comp_channel");
+	ret = rig__set_nonblock(loop->channel->fd, "the completion channel");
+	if (ret)
+		goto out;
+	loop->ready_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	loop->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	loop->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (loop->ready_efd < 0 || loop->timer_fd < 0 || loop->epfd < 0) {
+		ret = rig__fail(errno, "rig_loop_open: %s", strerror(errno));
+		goto out;
+	}
+	/* The async fd is the NIC's: every loop watches it, and whoever
+	 * reads an event tells the loop of the queue pair it names. */
+	if ((ret = epoll_add(loop, loop->channel->fd)) ||
+	    (ret = epoll_add(loop, nic->ctx->async_fd)) ||
+	    (ret = epoll_add(loop, loop->timer_fd)) ||
+	    (ret = epoll_add(loop, loop->ready_efd)))
+		goto out;
+	return 0;
+out:
+	rig__events_close(loop);
+	return ret;
+}
+
+void rig__events_close(struct rig_loop *loop)
+{
+	if (loop->epfd >= 0)
+		close(loop->epfd);
+	if (loop->timer_fd >= 0)
+		close(loop->timer_fd);
+	if (loop->ready_efd >= 0)
+		close(loop->ready_efd);
+	if (loop->cm)
+		rdma_destroy_event_channel(loop->cm);
+	if (loop->channel)
+		ibv_destroy_comp_channel(loop->channel);
+}
+
+int rig__events_cm_channel(struct rig_loop *loop,
+			   const struct rig__cm_consumer *consumer)
+{
+	struct rdma_event_channel *ch;
+	int ret;
+
+	if (loop->cm)
+		return 0;
+	ch = rdma_create_event_channel();
+	if (!ch)
+		return rig__fail(errno ? errno : ENODEV, "rdma_create_event_channel: %s",
+				 strerror(errno ? errno : ENODEV));
+	ret = rig__set_nonblock(ch->fd, "the rdma_cm event channel");
+	if (!ret)
+		ret = epoll_add(loop, ch->fd);
+	if (ret) {
+		rdma_destroy_event_channel(ch);
+		return ret;
+	}
+	loop->cm_consumer = consumer;
+	/* Release: a sleeper that sees the channel sees its consumer. */
+	__atomic_store_n(&loop->cm, ch, __ATOMIC_RELEASE);
+	return 0;
+}
+
+void rig__events_set_timer(struct rig_loop *loop, int64_t deadline_ns)
+{
+	struct itimerspec its = { 0 };
+
+	its.it_value.tv_sec = deadline_ns / 1000000000;
+	its.it_value.tv_nsec = deadline_ns % 1000000000;
+	timerfd_settime(loop->timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+/* Tells @qp's ring @side's consumers; the loop's lock is held. */
+static void tell(struct rig__qp *qp, int side)
+{
+	struct rig_loop *loop = qp->loop;
+
+	if (qp->sleeper[side])
+		qp->sleeper[side]->ring(qp->sleeper[side], qp, side);
+	loop->watcher->ring(loop->watcher, qp, side);
+}
+
+void rig__events_take_locked(struct rig_loop *loop)
+{
+	struct ibv_cq *cq;
+	void *ctx;
+
+	while (!ibv_get_cq_event(loop->channel, &cq, &ctx)) {
+		struct rig__qp *qp = ctx;
+		int side = cq == qp->pub.ring[RIG_RECEIVE].cq;
+
+		if (++qp->unacked[side] >= RIG_ACK_BATCH) {
+			ibv_ack_cq_events(cq, qp->unacked[side]);
+			qp->unacked[side] = 0;
+		}
+		tell(qp, side);
+	}
+}
+
+void rig__events_take(struct rig_loop *loop)
+{
+	pthread_mutex_lock(&loop->lock);
+	rig__events_take_locked(loop);
+	loop->watcher->done(loop->watcher);
+	pthread_mutex_unlock(&loop->lock);
+}
+
+void rig__events_take_cm(struct rig_loop *loop)
+{
+	struct rdma_event_channel *ch = __atomic_load_n(&loop->cm, __ATOMIC_ACQUIRE);
+	struct rdma_cm_event *ev;
+	uint64_t expired;
+
+	pthread_mutex_lock(&loop->cm_lock);
+	if (read(loop->timer_fd, &expired, sizeof(expired)) == sizeof(expired) &&
+	    loop->cm_consumer)
+		loop->cm_consumer->tick(loop);
+	/* The consumer acks each event. */
+	while (ch && !rdma_get_cm_event(ch, &ev))
+		loop->cm_consumer->event(loop, ev);
+	pthread_mutex_unlock(&loop->cm_lock);
+}
+
+void rig__events_fail_qp(struct rig__qp *qp, int error, const char *why)
+{
+	struct rig_loop *loop = qp->loop;
+	uint32_t broken = __atomic_load_n(&qp->pub.broken, __ATOMIC_ACQUIRE);
+
+	if (broken & RIG__EVENT)
+		return;		/* the first one counts */
+	pthread_mutex_lock(&loop->lock);
+	if (!(qp->pub.broken & RIG__EVENT)) {
+		qp->event_error = error;
+		qp->event_why = why;
+		/* Release: the owner reads event_* after it sees the bit. */
+		__atomic_or_fetch(&qp->pub.broken, RIG__EVENT, __ATOMIC_RELEASE);
+		/* Both rings now have a failure to report. */
+		tell(qp, RIG_SEND);
+		tell(qp, RIG_RECEIVE);
+		loop->watcher->done(loop->watcher);
+	}
+	pthread_mutex_unlock(&loop->lock);
+}
+
+void rig__events_add(struct rig__qp *qp)
+{
+	struct rig_loop *loop = qp->loop;
+
+	pthread_mutex_lock(&loop->lock);
+	loop->watcher->add(loop->watcher, qp);
+	pthread_mutex_unlock(&loop->lock);
+}
+
+/*
+ * ibv_destroy_cq waits until every completion event read from the channel
+ * for the CQ is acked. Everyone reads the channel under the loop's lock,
+ * so holding it from the last read to the destroy leaves no event read
+ * and unacked; the kernel drops those still unread.
+ */
+void rig__events_forget(struct rig__qp *qp, void (*destroy_cqs)(struct rig__qp *))
+{
+	struct rig_loop *loop = qp->loop;
+	int side;
+
+	pthread_mutex_lock(&loop->lock);
+	rig__events_take_locked(loop);
+	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
+		if (qp->unacked[side])
+			ibv_ack_cq_events(qp->pub.ring[side].cq, qp->unacked[side]);
+		qp->unacked[side] = 0;
+	}
+	loop->watcher->forget(loop->watcher, qp);
+	destroy_cqs(qp);
+	loop->watcher->done(loop->watcher);
+	pthread_mutex_unlock(&loop->lock);
+}
+
+void rig__events_set_sleeper(struct rig__qp *qp, int side, struct rig__consumer *c)
+{
+	pthread_mutex_lock(&qp->loop->lock);
+	qp->sleeper[side] = c;
+	pthread_mutex_unlock(&qp->loop->lock);
+}
+
+/* Fails the NIC's queue pair @ibqp, or all of them if NULL. Trusts only
+ * queue pairs the NIC lists. */
+static void qp_event(struct rig_nic *nic, struct ibv_qp *ibqp, int error,
+		     const char *why)
+{
+	struct rig__list *l;
+
+	pthread_mutex_lock(&nic->lock);
+	for (l = nic->qps.next; l != &nic->qps; l = l->next) {
+		struct rig__qp *qp = container_of(l, struct rig__qp, link);
+
+		if (!ibqp || qp->pub.ibqp == ibqp)
+			rig__events_fail_qp(qp, error, why);
+	}
+	pthread_mutex_unlock(&nic->lock);
+}
+
+int rig__events_async(struct rig_nic *nic)
+{
+	struct ibv_async_event ev;
+	int n = 0;
+
+	while (!ibv_get_async_event(nic->ctx, &ev)) {
+		n++;
+		switch (ev.event_type) {
+		case IBV_EVENT_QP_FATAL:
+			qp_event(nic, ev.element.qp, EIO,
+				 "the NIC reported the queue pair broken (QP_FATAL)");
+			break;
+		case IBV_EVENT_QP_REQ_ERR:
+			qp_event(nic, ev.element.qp, EPROTO,
+				 "the NIC reported an invalid request from the peer (QP_REQ_ERR)");
+			break;
+		case IBV_EVENT_QP_ACCESS_ERR:
+			qp_event(nic, ev.element.qp, EACCES,
+				 "the NIC reported an access violation by the peer (QP_ACCESS_ERR)");
+			break;
+		case IBV_EVENT_DEVICE_FATAL:
+			qp_event(nic, NULL, ENODEV, "the NIC failed (DEVICE_FATAL)");
+			break;
+		default:
+			/* Port and GID changes fail nothing: the device's own
+			 * completions say whether a send still gets through. */
+			break;
+		}
+		ibv_ack_async_event(&ev);
+	}
+	if (errno != EAGAIN && errno != EWOULDBLOCK)
+		return rig__fail(errno, "ibv_get_async_event(%s): %s", nic->name,
+				 strerror(errno));
+	return n;
+}
+
+RIG_EXPORT int rig_nic_events(struct rig_nic *nic)
+{
+	int n;
+
+	if (!nic)
+		return rig__fail(EINVAL, "rig_nic_events: nic is NULL");
+	n = rig__events_async(nic);
+	/* A program that only polls learns here that a peer of the NIC's
+	 * own loop left. */
+	if (n >= 0)
+		rig__events_take_cm(nic->own);
+	return n;
+}
