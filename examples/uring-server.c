@@ -15,11 +15,11 @@
  * Nothing blocks and nothing else waits: the listening socket's accepts,
  * every client's receives and sends, a periodic timeout that counts ticks
  * and prints stats, a signalfd for SIGINT and SIGTERM, and the completions
- * of both queue pairs (rig_uring_watch() on the NIC, rig_uring_handle()
+ * of both queue pairs (rig_uring_watch() on the NIC's loop, rig_uring_handle()
  * on its CQEs, rig_qp_poll() on each ready ring) all complete in the one
- * io_uring. The program makes no verbs call. An echo peer on another
- * host would be reached with rig_dial() and rig_listen() (rig/cm.h);
- * nothing in the loop would change.
+ * io_uring. The program makes no verbs call. examples/rig-echo.c serves
+ * peers on other hosts, with a loop per thread and connections made in
+ * the loop (rig/cm.h).
  *
  * Flow control, so that no ring, buffer or peer ever overflows:
  *   - at most US_SLOTS requests are in flight over the queue pairs, and at

@@ -33,9 +33,9 @@
 /* Completion events acked per ibv_ack_cq_events call. */
 #define RIG_ACK_BATCH 64
 
-static int epoll_add(struct rig_loop *loop, int fd)
+static int epoll_add(struct rig_loop *loop, int fd, uint32_t source)
 {
-	struct epoll_event ev = { .events = EPOLLIN };
+	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = source };
 
 	if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, fd, &ev))
 		return rig__fail(errno, "epoll_ctl: %s", strerror(errno));
@@ -63,10 +63,10 @@ int rig__events_open(struct rig_loop *loop)
 	}
 	/* The async fd is the NIC's: every loop watches it, and whoever
 	 * reads an event tells the loop of the queue pair it names. */
-	if ((ret = epoll_add(loop, loop->channel->fd)) ||
-	    (ret = epoll_add(loop, nic->ctx->async_fd)) ||
-	    (ret = epoll_add(loop, loop->timer_fd)) ||
-	    (ret = epoll_add(loop, loop->ready_efd)))
+	if ((ret = epoll_add(loop, loop->channel->fd, RIG__SOURCE_CHANNEL)) ||
+	    (ret = epoll_add(loop, nic->ctx->async_fd, RIG__SOURCE_ASYNC)) ||
+	    (ret = epoll_add(loop, loop->timer_fd, RIG__SOURCE_CM)) ||
+	    (ret = epoll_add(loop, loop->ready_efd, RIG__SOURCE_NEWS)))
 		goto out;
 	return 0;
 out:
@@ -102,7 +102,7 @@ int rig__events_cm_channel(struct rig_loop *loop,
 				 strerror(errno ? errno : ENODEV));
 	ret = rig__set_nonblock(ch->fd, "the rdma_cm event channel");
 	if (!ret)
-		ret = epoll_add(loop, ch->fd);
+		ret = epoll_add(loop, ch->fd, RIG__SOURCE_CM);
 	if (ret) {
 		rdma_destroy_event_channel(ch);
 		return ret;
@@ -111,6 +111,25 @@ int rig__events_cm_channel(struct rig_loop *loop,
 	/* Release: a sleeper that sees the channel sees its consumer. */
 	__atomic_store_n(&loop->cm, ch, __ATOMIC_RELEASE);
 	return 0;
+}
+
+/*
+ * One epoll_wait says which of the loop's sources have something, so a
+ * loop reads only those: an event costs the same system calls whether or
+ * not the loop also has connections, a timer and an async fd.
+ */
+unsigned rig__events_ready(struct rig_loop *loop)
+{
+	struct epoll_event ev[5];
+	unsigned mask = 0;
+	int i, n;
+
+	n = epoll_wait(loop->epfd, ev, 5, 0);
+	if (n < 0)	/* read everything, as if all were ready */
+		return RIG__SOURCE_CHANNEL | RIG__SOURCE_ASYNC | RIG__SOURCE_CM;
+	for (i = 0; i < n; i++)
+		mask |= ev[i].data.u32;
+	return mask;
 }
 
 void rig__events_set_timer(struct rig_loop *loop, int64_t deadline_ns)

@@ -211,6 +211,10 @@ void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 		    const char *why, int wc_status);
 
 /* events.c, the demultiplexer: */
+/* which of @loop's sources are readable now (RIG__SOURCE_*). */
+enum { RIG__SOURCE_CHANNEL = 1, RIG__SOURCE_ASYNC = 2, RIG__SOURCE_CM = 4,
+       RIG__SOURCE_NEWS = 8 };
+unsigned rig__events_ready(struct rig_loop *loop);
 /* makes @loop's channel and fd set; undoes it. */
 int rig__events_open(struct rig_loop *loop);
 void rig__events_close(struct rig_loop *loop);

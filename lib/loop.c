@@ -282,17 +282,23 @@ out:
 RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, int max)
 {
 	struct rig__news *n;
+	unsigned sources;
 	int ret, i;
 
 	if (!loop || !ready || max <= 0)
 		return rig__fail(EINVAL, "rig_loop_handle: %s",
 				 max <= 0 ? "no room for news" : "NULL argument");
-	ret = rig__events_async(loop->nic);
-	if (ret < 0)
-		return ret;
-	rig__events_take_cm(loop);
+	sources = rig__events_ready(loop);
+	if (sources & RIG__SOURCE_ASYNC) {
+		ret = rig__events_async(loop->nic);
+		if (ret < 0)
+			return ret;
+	}
+	if (sources & RIG__SOURCE_CM)
+		rig__events_take_cm(loop);
 	pthread_mutex_lock(&loop->lock);
-	rig__events_take_locked(loop);
+	if (sources & RIG__SOURCE_CHANNEL)
+		rig__events_take_locked(loop);
 	for (i = 0; i < max && loop->news.next != &loop->news; i++) {
 		n = container_of(loop->news.next, struct rig__news, link);
 		rig__list_del(&n->link);

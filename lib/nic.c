@@ -1,5 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Opening and closing a NIC, and the device quirks rig works around. */
+/*
+ * Opening and closing a NIC, and the device quirks rig works around. A NIC
+ * owns its loops (loop.c), its own loop first made here, and its regions;
+ * closing it closes them.
+ */
 #include <fcntl.h>
 #include <net/if.h>
 #include <stdio.h>

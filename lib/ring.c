@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The slow halves of the inline hot path: refused posts, posts to a failed
- * queue pair, and every completion that is not a plain success.
+ * queue pair, and every completion that is not a plain success. The bottom
+ * layer: it calls no other file of the library (README, "How it is built").
  *
  * The failure model (SPEC F1-F6). A queue pair keeps one failure record,
  * the first failure's error and reason. rxe and real NICs report one
