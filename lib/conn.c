@@ -158,6 +158,16 @@ static void conn_param(struct rdma_conn_param *p, const uint8_t *priv,
 
 /* ------------------------------------------------------------ lifetimes */
 
+static void conn_owned_close(struct rig__owned *o);
+
+/* The connection an entry of loop->owned is, or NULL for a listener. */
+static struct conn *half_open(struct rig__list *l)
+{
+	struct rig__owned *o = container_of(l, struct rig__owned, link);
+
+	return o->close == conn_owned_close ? container_of(o, struct conn, owned) : NULL;
+}
+
 /* The earliest deadline of the loop's half-open connections arms its
  * timer; none disarms it. cm_lock held. */
 static void rearm(struct rig_loop *loop)
@@ -166,9 +176,9 @@ static void rearm(struct rig_loop *loop)
 	struct rig__list *l;
 
 	for (l = loop->owned.next; l != &loop->owned; l = l->next) {
-		struct conn *c = container_of(l, struct conn, owned.link);
+		struct conn *c = half_open(l);
 
-		if (c->kind == CM_CONN && (!first || c->deadline < first))
+		if (c && (!first || c->deadline < first))
 			first = c->deadline;
 	}
 	rig__events_set_timer(loop, first);
@@ -511,10 +521,10 @@ static void conn_tick(struct rig_loop *loop)
 	struct rig__list *l, *next;
 
 	for (l = loop->owned.next; l != &loop->owned; l = next) {
-		struct conn *c = container_of(l, struct conn, owned.link);
+		struct conn *c = half_open(l);
 
 		next = l->next;
-		if (c->kind == CM_CONN && c->deadline <= now) {
+		if (c && c->deadline <= now) {
 			if (!c->listener)
 				rig__fail(ETIMEDOUT, "rig_loop_dial: no answer in time");
 			fail(c, ETIMEDOUT);
@@ -527,30 +537,33 @@ static const struct rig__cm_consumer consumer = { conn_event, conn_tick };
 
 /* ------------------------------------------------------- loop-driven API */
 
-static int dial_start(struct conn *c, struct rdma_event_channel *ch, const char *addr,
-		      uint16_t port)
+/* Makes the dial's id on @ch; 0 or -errno. */
+static int dial_id(struct conn *c, struct rdma_event_channel *ch, const char *addr,
+		   uint16_t port, struct sockaddr_storage *ss)
 {
-	struct sockaddr_storage ss;
-	int ret;
+	int ret = to_sockaddr(addr, port, ss);
 
-	ret = to_sockaddr(addr, port, &ss);
 	if (ret)
 		return ret;
 	if (rdma_create_id(ch, &c->id, c, RDMA_PS_TCP))
 		return rig__fail(errno, "rdma_create_id: %s", strerror(errno));
-	if (rdma_resolve_addr(c->id, NULL, (struct sockaddr *)&ss, RIG_CM_RESOLVE_MS)) {
-		ret = rig__fail(errno, "rdma_resolve_addr(%s): %s", addr, strerror(errno));
-		rdma_destroy_id(c->id);
-		c->id = NULL;
-		return ret;
-	}
+	return 0;
+}
+
+/* The first step; 0 or the errno that ends the dial (the kernel may
+ * know at once that no route leads there). */
+static int dial_start(struct conn *c, const char *addr, struct sockaddr_storage *ss)
+{
 	c->state = CONN_RESOLVING_ADDR;
+	if (rdma_resolve_addr(c->id, NULL, (struct sockaddr *)ss, RIG_CM_RESOLVE_MS))
+		return rig__fail(errno, "rdma_resolve_addr(%s): %s", addr, strerror(errno));
 	return 0;
 }
 
 RIG_EXPORT __cold int rig_loop_dial(struct rig_loop *loop, const char *addr, uint16_t port,
 				    int64_t us, uint64_t cookie)
 {
+	struct sockaddr_storage ss;
 	struct conn *c;
 	int ret;
 
@@ -562,7 +575,7 @@ RIG_EXPORT __cold int rig_loop_dial(struct rig_loop *loop, const char *addr, uin
 	pthread_mutex_lock(&loop->cm_lock);
 	ret = rig__events_cm_channel(loop, &consumer);
 	if (!ret)
-		ret = dial_start(c, loop->cm, addr, port);
+		ret = dial_id(c, loop->cm, addr, port, &ss);
 	if (ret) {
 		pthread_mutex_unlock(&loop->cm_lock);
 		free(c);
@@ -570,7 +583,12 @@ RIG_EXPORT __cold int rig_loop_dial(struct rig_loop *loop, const char *addr, uin
 	}
 	c->deadline = deadline_after(us);
 	rig__list_add(&loop->owned, &c->owned.link);
-	rearm(loop);
+	/* From here on, every outcome is news. */
+	ret = dial_start(c, addr, &ss);
+	if (ret)
+		fail(c, -ret);
+	else
+		rearm(loop);
 	pthread_mutex_unlock(&loop->cm_lock);
 	return 0;
 }
@@ -743,6 +761,7 @@ RIG_EXPORT __cold int rig_dial(struct rig_nic *nic, const char *addr, uint16_t p
 {
 	int64_t deadline = deadline_after(us);
 	struct rdma_event_channel *ch;
+	struct sockaddr_storage ss;
 	struct conn *c;
 	int ret;
 
@@ -756,7 +775,9 @@ RIG_EXPORT __cold int rig_dial(struct rig_nic *nic, const char *addr, uint16_t p
 		free(c);
 		return ret;
 	}
-	ret = dial_start(c, ch, addr, port);
+	ret = dial_id(c, ch, addr, port, &ss);
+	if (!ret)
+		ret = dial_start(c, addr, &ss);
 	while (!ret && c->state != CONN_UP && c->state != CONN_DONE)
 		ret = pump(c->loop, ch, deadline, "rig_dial");
 	if (!ret && c->state == CONN_DONE)
