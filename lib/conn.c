@@ -451,9 +451,14 @@ static void gone(struct conn *c, const struct cm_ev *ev)
 		? "the peer left (rdma_cm DISCONNECTED)"
 		: "the connection failed (rdma_cm event after it was up)";
 
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+
 	if (c->gone.what.result)
 		return;		/* told once */
 	rig__events_fail_qp(c->qp, err, why);
+	/* F2: the NIC runs nothing more of it; what it completed before
+	 * counts, what it flushes now completes with the failure's error. */
+	ibv_modify_qp(c->qp->pub.ibqp, &attr, IBV_QP_STATE);
 	c->gone.what.result = -err;
 	rig__loop_post(c->loop, &c->gone);
 	/* Answer the peer's disconnect request, so its side completes. */
@@ -705,10 +710,13 @@ RIG_EXPORT __cold int rig_listener_close(struct rig_listener *l)
 	if (!l)
 		return rig__fail(EINVAL, "rig_listener_close: NULL listener");
 	loop = l->loop;
+	/* Under cm_lock: no other thread is handling a request of its. Once
+	 * its id is destroyed, the kernel has dropped the requests still
+	 * queued for it. */
 	pthread_mutex_lock(&loop->cm_lock);
 	rig__list_del(&l->owned.link);
-	pthread_mutex_unlock(&loop->cm_lock);
 	listener_close(&l->owned);
+	pthread_mutex_unlock(&loop->cm_lock);
 	return 0;
 }
 
