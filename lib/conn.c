@@ -55,6 +55,7 @@ struct rig_listener {
 	 * garbage was rejected. */
 	struct rig__list half_open, accepted;
 	int rejected;
+	unsigned handshakes;		/* under way, at most RIG_CM_HANDSHAKES */
 };
 
 struct conn {
@@ -208,6 +209,8 @@ static void free_when_handed(struct rig__news *n)
  */
 static void fail(struct conn *c, int err)
 {
+	if (c->listener && c->state == CONN_ACCEPTING)
+		c->listener->handshakes--;
 	c->state = CONN_DONE;
 	c->result = -err;
 	rig__list_del(&c->owned.link);
@@ -279,6 +282,8 @@ static void up(struct conn *c)
 {
 	struct rig_listener *l = c->listener;
 
+	if (l)
+		l->handshakes--;
 	c->state = CONN_UP;
 	c->result = 0;
 	c->qp->owner = &c->qp_owner;
@@ -402,6 +407,11 @@ static void accept_step(struct rig_listener *l, const struct cm_ev *ev)
 	ret = rig_cm_parse(ev->priv, ev->priv_len, &peer);
 	if (!ret)
 		ret = same_device(loop->nic, ev->id, "rig_accept");
+	/* Shed load: a flood of requests costs a reject each, not a queue
+	 * pair each. */
+	if (!ret && l->handshakes >= RIG_CM_HANDSHAKES)
+		ret = rig__fail(EAGAIN, "rig_accept: %u handshakes under way already",
+				l->handshakes);
 	c = ret ? NULL : conn_new(loop, l->blocking, l->cookie);
 	if (!c) {
 		l->rejected = ret ? ret : -ENOMEM;
@@ -410,6 +420,7 @@ static void accept_step(struct rig_listener *l, const struct cm_ev *ev)
 		return;
 	}
 	c->listener = l;
+	l->handshakes++;
 	c->id = ev->id;
 	c->id->context = c;
 	c->peer = peer;
@@ -473,6 +484,7 @@ static void conn_event(struct rig_loop *loop, struct rdma_cm_event *raw)
 	const uint8_t *priv = raw->param.conn.private_data;
 	size_t len = priv ? raw->param.conn.private_data_len : 0, i;
 	struct conn *c;
+	bool blocking;
 	int ret;
 
 	(void)loop;
@@ -506,8 +518,9 @@ static void conn_event(struct rig_loop *loop, struct rdma_cm_event *raw)
 			up(c);
 			return;
 		}
-		fail(c, err_of(&ev));
-		if (c->blocking)
+		blocking = c->blocking;
+		fail(c, err_of(&ev));	/* frees a loop's accept */
+		if (blocking)
 			free(c);
 		return;
 	case CONN_DONE:
@@ -602,9 +615,25 @@ static void listener_close(struct rig__owned *o)
 {
 	struct rig_listener *l = container_of(o, struct rig_listener, owned);
 
-	/* rig_listen's handshakes, and connections rig_accept never took. */
-	while (l->half_open.next != &l->half_open)
-		conn_free(container_of(l->half_open.next, struct conn, owned.link));
+	struct rig__list *e, *next;
+
+	/* Its handshakes under way (in the loop's list, or rig_listen's
+	 * own) go with it, and connections rig_accept never took. */
+	for (e = l->loop->owned.next; e != &l->loop->owned; e = next) {
+		struct conn *c = half_open(e);
+
+		next = e->next;
+		if (c && c->listener == l) {
+			rig__list_del(e);
+			conn_free(c);
+		}
+	}
+	while (l->half_open.next != &l->half_open) {
+		struct conn *c = container_of(l->half_open.next, struct conn, owned.link);
+
+		rig__list_del(&c->owned.link);
+		conn_free(c);
+	}
 	while (l->accepted.next != &l->accepted) {
 		struct conn *c = container_of(l->accepted.next, struct conn, owned.link);
 

@@ -24,6 +24,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <rdma/rdma_cma.h>
@@ -176,20 +177,45 @@ void rig__events_take(struct rig_loop *loop)
 	pthread_mutex_unlock(&loop->lock);
 }
 
-void rig__events_take_cm(struct rig_loop *loop)
+/*
+ * A connection request costs a queue pair (tens of milliseconds in an
+ * emulated guest), and a flood of them must not hold the caller's loop:
+ * one call takes events for RIG_CM_BUDGET_NS at most (one at least).
+ * Returns true if events remain; the caller makes sure the loop is woken
+ * again for them.
+ */
+#define RIG_CM_BUDGET_NS 5000000
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+bool rig__events_take_cm(struct rig_loop *loop)
 {
 	struct rdma_event_channel *ch = __atomic_load_n(&loop->cm, __ATOMIC_ACQUIRE);
 	struct rdma_cm_event *ev;
+	int64_t end = now_ns() + RIG_CM_BUDGET_NS;
 	uint64_t expired;
+	bool more = false;
 
 	pthread_mutex_lock(&loop->cm_lock);
 	if (read(loop->timer_fd, &expired, sizeof(expired)) == sizeof(expired) &&
 	    loop->cm_consumer)
 		loop->cm_consumer->tick(loop);
 	/* The consumer acks each event. */
-	while (ch && !rdma_get_cm_event(ch, &ev))
+	while (ch && !rdma_get_cm_event(ch, &ev)) {
 		loop->cm_consumer->event(loop, ev);
+		if (now_ns() >= end) {
+			more = true;
+			break;
+		}
+	}
 	pthread_mutex_unlock(&loop->cm_lock);
+	return more;
 }
 
 void rig__events_fail_qp(struct rig__qp *qp, int error, const char *why)

@@ -222,8 +222,9 @@ void rig__events_close(struct rig_loop *loop);
 void rig__events_take(struct rig_loop *loop);
 /* the same with the loop's lock held; the caller tells the watcher done. */
 void rig__events_take_locked(struct rig_loop *loop);
-/* reads @loop's rdma_cm events and expired timer, for its cm consumer. */
-void rig__events_take_cm(struct rig_loop *loop);
+/* reads @loop's rdma_cm events and expired timer, for its cm consumer,
+ * within a time budget; true if events remain. */
+bool rig__events_take_cm(struct rig_loop *loop);
 /* reads the NIC's async events and fails their queue pairs. */
 int rig__events_async(struct rig_nic *nic);
 /* records a failure of @qp from outside its rings (an async event, the

@@ -282,6 +282,7 @@ out:
 RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, int max)
 {
 	struct rig__news *n;
+	bool backlog = false;
 	unsigned sources;
 	int ret, i;
 
@@ -295,7 +296,7 @@ RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, i
 			return ret;
 	}
 	if (sources & RIG__SOURCE_CM)
-		rig__events_take_cm(loop);
+		backlog = rig__events_take_cm(loop);
 	pthread_mutex_lock(&loop->lock);
 	if (sources & RIG__SOURCE_CHANNEL)
 		rig__events_take_locked(loop);
@@ -309,6 +310,13 @@ RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, i
 			n->handed(n);
 	}
 	on_done(loop->watcher);
+	/* rdma_cm events left for later: a fresh wakeup brings the
+	 * application's poll back for them (a multishot poll fires on
+	 * wakeups, not on a level). */
+	if (backlog) {
+		eventfd_write(loop->ready_efd, 1);
+		loop->ready_signalled = true;
+	}
 	pthread_mutex_unlock(&loop->lock);
 	return i;
 }

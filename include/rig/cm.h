@@ -24,6 +24,10 @@
  * - blocking, for programs without a loop: rig_listen() with rig_accept(),
  *   and rig_dial().
  * A handshake the peer leaves half-done is dropped after RIG_CM_HALF_OPEN_MS.
+ * A listener keeps at most RIG_CM_HANDSHAKES under way and rejects requests
+ * beyond them (the client's dial ends with -ECONNREFUSED; it may try
+ * again), so a flood of requests costs a reject each, not a queue pair
+ * each. Closing a listener drops its handshakes under way.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -43,6 +47,8 @@ struct rig_listener;
 #define RIG_CM_PRIVATE 34
 /* How long an accepted request may take to become a connection. */
 #define RIG_CM_HALF_OPEN_MS 3000
+/* Handshakes a listener keeps under way; it rejects requests beyond. */
+#define RIG_CM_HANDSHAKES 64
 
 /**
  * rig_loop_listen - listen on @addr, @port (as rig_listen()) in @loop:
