@@ -310,10 +310,11 @@ RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, i
 			n->handed(n);
 	}
 	on_done(loop->watcher);
-	/* rdma_cm events left for later: a fresh wakeup brings the
+	/* News or rdma_cm events left for later: a fresh wakeup brings the
 	 * application's poll back for them (a multishot poll fires on
-	 * wakeups, not on a level). */
-	if (backlog) {
+	 * wakeups, not on a level), so it may return to its other I/O
+	 * instead of calling again at once. */
+	if (backlog || loop->news.next != &loop->news) {
 		eventfd_write(loop->ready_efd, 1);
 		loop->ready_signalled = true;
 	}

@@ -38,7 +38,8 @@
  *						on_completion(ready[i].qp, ready[i].side, &c);
  *				else
  *					on_connection(&ready[i]);	// cm.h
- *			// n == 64: call again with cqe NULL for the rest
+ *			// n == 64: more may wait; call again with cqe NULL,
+ *			// or go on: rig_loop_fd() fires again for them
  *		} else {
  *			on_other_io(cqe);	// sockets, timers, files...
  *		}
@@ -144,7 +145,10 @@ int rig_uring_handle(struct io_uring *ring, struct rig_loop *loop,
  * async events and the loop's connection events, moves its connections on
  * (and drops half-open ones past their bound), and fills @ready with up to
  * @max pieces of news; a ring failed by an async event or by its peer
- * leaving is listed too. With more than @max, call it again.
+ * leaving is listed too. With more than @max, call it again, or return to
+ * the event loop: the loop's fd then fires again (a fresh wakeup, so a
+ * multishot poll fires too). Connection requests are taken for a few
+ * milliseconds per call at most; the rest wait for the next.
  *
  * Returns the count filled, or -errno.
  */
