@@ -29,6 +29,8 @@
  * caller's bound applies too. */
 #define RIG_CM_RESOLVE_MS 2000
 #define RIG_CM_BACKLOG 1024
+/* The loop's time one pass of conn_tick may take. */
+#define RIG_CM_TICK_BUDGET_NS 5000000
 
 /* What an rdma_cm id's context points to. */
 enum cm_kind { CM_LISTENER, CM_CONN };
@@ -535,10 +537,12 @@ static void conn_event(struct rig_loop *loop, struct rdma_cm_event *raw)
 /* The loop's timer fired: drop what is past its bound. cm_lock held. */
 static void conn_tick(struct rig_loop *loop)
 {
-	int64_t now = now_ns();
+	int64_t now = now_ns(), end = now + RIG_CM_TICK_BUDGET_NS;
 	struct rig__list *l, *next;
 
-	for (l = loop->owned.next; l != &loop->owned; l = next) {
+	/* Dropping costs a queue pair's destroy each: a few per pass, and
+	 * the timer, set to a deadline already past, fires again at once. */
+	for (l = loop->owned.next; l != &loop->owned && now_ns() < end; l = next) {
 		struct conn *c = half_open(l);
 
 		next = l->next;
