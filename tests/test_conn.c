@@ -1,0 +1,1733 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The non-blocking connection path (include/rig/cm.h, include/rig/loop.h):
+ * each outcome of rig_loop_dial as news, and a server loop that serves
+ * honest clients while hostile ones attack it.
+ *
+ * The server is a thread that drives rig_loop_listen's loop in an io_uring
+ * of its own and echoes one message per connection. Honest clients dial
+ * it from a loop of their own in the test's thread. Hostile clients are
+ * children, forked before any thread starts, that speak librdmacm
+ * directly: they stall the handshake at each step it can stall, die in
+ * it, flood the listener or send garbage. On one host everyone uses
+ * $RIG_TEST_DEV; on two the server has $RIG_TEST_PEER_DEV and every client
+ * $RIG_TEST_DEV, so each request crosses the veth.
+ *
+ * The server's half-open connections show in no rig call, so the tests
+ * count them in the kernel's table of rdma_cm ids (`rdma resource show
+ * cm_id`, iproute2): every id bound to the server's address and port but
+ * the listener's.
+ *
+ * The tests time the server loop: run them one at a time (-j1).
+ */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <malloc.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <rdma/rdma_cma.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "t_device.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define T_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define T_ASAN 1
+#endif
+#endif
+#ifndef T_ASAN
+#define T_ASAN 0
+#endif
+
+/*
+ * The honest exchange: the server greets each connection it accepts with
+ * GREETING, the client answers with a message of its own, the server
+ * echoes it. Each side posts its receive before the other can send to it
+ * (the server before it greets, the client before it answers), but for
+ * the greeting, which the client may receive before its loop had its
+ * turn: so a slow server delays honest clients, and fails none (RNR
+ * waits are capped at ~475 ms on rxe).
+ */
+#define MSG 32
+static const char GREETING[MSG] = "rig test_conn: hello, client...";
+#define SRV_SLOTS 512		/* connections the server holds at once */
+#define SRV_BATCH 8		/* news the server takes per turn of its loop */
+#define HONEST 200		/* honest clients of the tick-gap test */
+#define FLOOD 1000		/* requests of the flood */
+/* An honest dial's bound: under ASan in the emulated guest, a request
+ * queued behind a flood of 1000 waits up to ~10 s for the server's turn. */
+#define DIAL_US 20000000
+/* What a busy two-core machine running an emulated guest may add to a
+ * bound before its outcome is seen. */
+#define MARGIN_MS 3000
+/* Honest dials under way at once from one loop: a loop makes a queue
+ * pair per dial (19 ms in the emulated guest, twice that under ASan) and
+ * answers replies in turn, so with 200 under way a reply would wait
+ * seconds for its turn, past the server's RIG_CM_HALF_OPEN_MS. */
+#define CLI_WINDOW 16
+/* An honest client whose request the listener shed (-ECONNREFUSED: it
+ * has RIG_CM_HANDSHAKES under way) tries again this much later. */
+#define RETRY_MS 100
+/* The dial bound of the timed-out dial. */
+#define SHORT_DIAL_MS 300
+/* Resident memory may end this much above where it stood after the
+ * warm-up, once malloc has given back what it keeps free: the server
+ * thread's arena keeps pages that a peak of a hundred or more queue pairs
+ * left fragmented. Four rounds of 200 honest connections moved Rss by
+ * +250, +970, +740 and +480 KiB: a level, not a trend (and LeakSanitizer
+ * finds no leak in these tests). */
+#define RSS_SLACK_KB 2048
+/* The tick of the tick-gap test, and the longest gap allowed. */
+#define TICK_MS 1
+#define GAP_MAX_MS 50.0
+#define GAPS_CAP 200000
+
+/* io_uring user_data */
+enum { TAG_LOOP = 1, TAG_MORE, TAG_TICK, TAG_STOP };
+
+static const uint64_t LISTEN_COOKIE = 0x5e5e0000cafe0001ull;
+
+/* The listener's side: its NIC and address. */
+static const char *server_ip(void)
+{
+	return getenv(t_peer_dev() ? "RIG_TEST_PEER_IP" : "RIG_TEST_IP");
+}
+
+static const char *server_dev(void)
+{
+	return t_peer_dev() ? t_peer_dev() : t_dev();
+}
+
+static void queue_sqe_poll(struct io_uring *ring, int fd, uint64_t tag)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+
+	cr_assert_not_null(sqe);
+	io_uring_prep_poll_add(sqe, fd, POLLIN);
+	io_uring_sqe_set_data64(sqe, tag);
+}
+
+/* ---- tick gaps --------------------------------------------------------- */
+
+/* The gaps between a loop's consecutive 1 ms ticks. */
+struct gaps {
+	double *ms;
+	int n;
+	double last;
+	struct __kernel_timespec ts;
+};
+
+static void gaps_init(struct gaps *g)
+{
+	g->ms = malloc(GAPS_CAP * sizeof(*g->ms));
+	cr_assert_not_null(g->ms);
+	memset(g->ms, 0, GAPS_CAP * sizeof(*g->ms));	/* resident before the counts */
+	g->n = 0;
+	g->last = 0;
+	g->ts = (struct __kernel_timespec){ 0, TICK_MS * 1000000 };
+}
+
+/* Queues the next tick; false when the ring has no free SQE. */
+static bool tick_queue(struct io_uring *ring, struct gaps *g)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+
+	if (!sqe)
+		return false;
+	io_uring_prep_timeout(sqe, &g->ts, 0, 0);
+	io_uring_sqe_set_data64(sqe, TAG_TICK);
+	return true;
+}
+
+/* Another thread may read the gaps while the loop runs (the tick test's
+ * fini, after a failed assertion): n and last are atomic; last is 0 once
+ * the loop stopped. */
+static void tick_seen(struct gaps *g)
+{
+	double now = t_now_ms();
+
+	if (g->last > 0 && g->n < GAPS_CAP) {
+		g->ms[g->n] = now - g->last;
+		__atomic_store_n(&g->n, g->n + 1, __ATOMIC_RELEASE);
+	}
+	__atomic_store(&g->last, &now, __ATOMIC_RELAXED);
+}
+
+static void tick_stop(struct gaps *g)
+{
+	double zero = 0;
+
+	__atomic_store(&g->last, &zero, __ATOMIC_RELAXED);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+struct gap_stats {
+	double p50, p99, max;
+	int n;
+};
+
+/* The distribution so far; a loop still running adds the gap under way. */
+static struct gap_stats gaps_stats(struct gaps *g)
+{
+	int n = __atomic_load_n(&g->n, __ATOMIC_ACQUIRE);
+	struct gap_stats s = { 0, 0, 0, 0 };
+	double *v, last;
+
+	__atomic_load(&g->last, &last, __ATOMIC_RELAXED);
+	v = malloc((n + 1) * sizeof(*v));
+	if (!v || !g->ms)
+		goto out;
+	memcpy(v, g->ms, n * sizeof(*v));
+	if (last > 0)
+		v[n++] = t_now_ms() - last;
+	s.n = n;
+	if (!n)
+		goto out;
+	qsort(v, n, sizeof(*v), cmp_double);
+	s.p50 = v[n / 2];
+	s.p99 = v[(long)n * 99 / 100];
+	s.max = v[n - 1];
+out:
+	free(v);
+	return s;
+}
+
+/* ---- the server -------------------------------------------------------- */
+
+/*
+ * A thread that drives a loop with a listener: it posts a receive on each
+ * connection it accepts, echoes the message that comes, and destroys the
+ * connection when the client leaves. It records what the test cannot
+ * assert from its thread (Criterion asserts belong to the test's own).
+ */
+struct srv {
+	struct rig_nic *nic;
+	struct rig_loop *loop;
+	struct rig_listener *l;
+	uint16_t port;
+	struct io_uring ring;
+	int stop;			/* eventfd: the test says stop */
+	bool tick;			/* tick every TICK_MS, record the gaps */
+	pthread_t thread;
+	struct t_buf buf;		/* SRV_SLOTS messages, the greeting */
+	struct rig_qp *qp[SRV_SLOTS];
+	int accepted, echoed, gone;	/* atomics */
+	int failed;
+	char err[512];
+	struct gaps gaps;
+	/* the longest rig_uring_handle() call, and the longest the server
+	 * took over one piece of news (of kind news_max_kind) */
+	double handle_max_ms, news_max_ms;
+	int news_max_kind;
+	double destroy_max_ms;
+	/* connections whose client left, to destroy */
+	struct rig_qp *dead[SRV_SLOTS];
+	int ndead;
+};
+
+static void srv_fail(struct srv *s, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void srv_fail(struct srv *s, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (s->failed)
+		return;		/* the first one says most */
+	va_start(ap, fmt);
+	vsnprintf(s->err, sizeof(s->err), fmt, ap);
+	va_end(ap);
+	__atomic_store_n(&s->failed, 1, __ATOMIC_RELEASE);
+}
+
+static int srv_slot(struct srv *s, const struct rig_qp *qp)
+{
+	int i;
+
+	for (i = 0; i < SRV_SLOTS; i++)
+		if (s->qp[i] == qp)
+			return i;
+	return -1;
+}
+
+static void srv_news(struct srv *s, const struct rig_ready *r)
+{
+	struct rig_completion c;
+	int i, ret;
+
+	switch (r->news) {
+	case RIG_NEWS_ACCEPTED:
+		if (r->cookie != LISTEN_COOKIE || r->result || !r->qp) {
+			srv_fail(s, "ACCEPTED with cookie %#llx (the listener's is %#llx), result %d, qp %p",
+				 (unsigned long long)r->cookie, (unsigned long long)LISTEN_COOKIE,
+				 r->result, (void *)r->qp);
+			return;
+		}
+		i = srv_slot(s, NULL);
+		if (i < 0) {
+			srv_fail(s, "more than %d connections at once", SRV_SLOTS);
+			return;
+		}
+		s->qp[i] = r->qp;
+		__atomic_add_fetch(&s->accepted, 1, __ATOMIC_RELAXED);
+		ret = rig_qp_receive(r->qp, s->buf.r, (size_t)i * MSG, MSG);
+		if (ret)
+			srv_fail(s, "rig_qp_receive: %d %s", ret, rig_errmsg());
+		ret = rig_qp_send(r->qp, s->buf.r, SRV_SLOTS * MSG, MSG);
+		if (ret)
+			srv_fail(s, "rig_qp_send: %d %s", ret, rig_errmsg());
+		return;
+	case RIG_NEWS_RING:
+		i = srv_slot(s, r->qp);
+		if (i < 0) {
+			/* a connection whose client left, not destroyed yet:
+			 * its rings report the failure */
+			for (i = 0; i < s->ndead && s->dead[i] != r->qp; i++)
+				;
+			if (i == s->ndead)
+				srv_fail(s, "news of a ring of no connection (%p)", (void *)r->qp);
+			else
+				while (rig_qp_poll(r->qp, r->side, &c) == 1)
+					;
+			return;
+		}
+		while ((ret = rig_qp_poll(r->qp, r->side, &c)) == 1) {
+			if (c.error)
+				continue;	/* the client left: GONE follows */
+			if (r->side == RIG_SEND)
+				continue;
+			if (c.bytes != MSG) {
+				srv_fail(s, "connection %d: a message of %u bytes", i, c.bytes);
+				continue;
+			}
+			/* counted first: the client may see the echo, and
+			 * the test the count, before this thread goes on */
+			__atomic_add_fetch(&s->echoed, 1, __ATOMIC_RELAXED);
+			ret = rig_qp_send(r->qp, s->buf.r, (size_t)i * MSG, MSG);
+			if (ret)
+				srv_fail(s, "rig_qp_send: %d %s", ret, rig_errmsg());
+		}
+		if (ret < 0)
+			srv_fail(s, "rig_qp_poll: %d %s", ret, rig_errmsg());
+		return;
+	case RIG_NEWS_GONE:
+		i = srv_slot(s, r->qp);
+		if (i < 0 || r->result != -ECONNRESET || r->cookie != LISTEN_COOKIE) {
+			srv_fail(s, "GONE for %s connection, result %d, cookie %#llx",
+				 i < 0 ? "no" : "a", r->result, (unsigned long long)r->cookie);
+			return;
+		}
+		/* destroyed later, one per turn of the loop (srv_reap) */
+		s->dead[s->ndead++] = r->qp;
+		s->qp[i] = NULL;
+		return;
+	default:
+		srv_fail(s, "news %d (result %d) on a loop that only listens", r->news, r->result);
+	}
+}
+
+/*
+ * Queues a no-op whose CQE says "more to do": the server takes a batch of
+ * news and destroys one connection per turn of its loop, and lets its
+ * other CQEs (the tick) in between, as a loop with other work would.
+ * False without a free SQE.
+ */
+static bool more_queue(struct io_uring *ring)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+
+	if (!sqe)
+		return false;
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data64(sqe, TAG_MORE);
+	return true;
+}
+
+/* Destroys one connection whose client left. */
+static void srv_reap(struct srv *s)
+{
+	double t0 = t_now_ms();
+	int ret = rig_qp_destroy(s->dead[--s->ndead]);
+
+	if (ret)
+		srv_fail(s, "rig_qp_destroy: %d %s", ret, rig_errmsg());
+	if (t_now_ms() - t0 > s->destroy_max_ms)
+		s->destroy_max_ms = t_now_ms() - t0;
+	__atomic_add_fetch(&s->gone, 1, __ATOMIC_RELAXED);
+}
+
+/* One batch of news: rig's call, then the server's work, each timed. */
+static bool srv_batch(struct srv *s, const struct io_uring_cqe *cqe)
+{
+	struct rig_ready ready[SRV_BATCH];
+	double t0 = t_now_ms(), t1, t2;
+	int n, i;
+
+	n = rig_uring_handle(&s->ring, s->loop, cqe, ready, SRV_BATCH);
+	t1 = t_now_ms();
+	if (t1 - t0 > s->handle_max_ms)
+		s->handle_max_ms = t1 - t0;
+	if (n < 0) {
+		srv_fail(s, "rig_uring_handle: %d %s", n, rig_errmsg());
+		return false;
+	}
+	for (i = 0; i < n; i++) {
+		srv_news(s, &ready[i]);
+		t2 = t_now_ms();
+		if (t2 - t1 > s->news_max_ms) {
+			s->news_max_ms = t2 - t1;
+			s->news_max_kind = ready[i].news;
+		}
+		t1 = t2;
+	}
+	return n == SRV_BATCH;
+}
+
+static void *srv_main(void *arg)
+{
+	struct srv *s = arg;
+	struct io_uring_cqe *cqe;
+	bool stop = false, tick_due = false, more_due = false, more, batched;
+	unsigned head, seen;
+	int ret;
+
+	if (s->tick) {
+		s->gaps.last = t_now_ms();
+		tick_due = !tick_queue(&s->ring, &s->gaps);
+	}
+	while (!stop) {
+		ret = io_uring_submit_and_wait(&s->ring, 1);
+		if (ret < 0 && ret != -EINTR) {
+			srv_fail(s, "io_uring_submit_and_wait: %d", ret);
+			break;
+		}
+		if (tick_due)
+			tick_due = !tick_queue(&s->ring, &s->gaps);
+		if (more_due)
+			more_due = !more_queue(&s->ring);
+		seen = 0;
+		more = batched = false;
+		io_uring_for_each_cqe(&s->ring, head, cqe) {
+			seen++;
+			switch (cqe->user_data) {
+			case TAG_LOOP:
+			case TAG_MORE:
+				/* One batch per turn; but a CQE that ended the
+				 * multishot poll goes to rig to queue it again. */
+				if (batched && (cqe->user_data == TAG_MORE ||
+						(cqe->flags & IORING_CQE_F_MORE))) {
+					more = true;
+					break;
+				}
+				more |= srv_batch(s, cqe->user_data == TAG_LOOP ? cqe : NULL);
+				batched = true;
+				break;
+			case TAG_TICK:
+				tick_seen(&s->gaps);
+				tick_due = !tick_queue(&s->ring, &s->gaps);
+				break;
+			case TAG_STOP:
+				stop = true;
+				break;
+			default:
+				srv_fail(s, "a CQE of tag %llu", (unsigned long long)cqe->user_data);
+			}
+		}
+		io_uring_cq_advance(&s->ring, seen);
+		if (s->ndead)
+			srv_reap(s);
+		if ((more || s->ndead) && !more_due)
+			more_due = !more_queue(&s->ring);
+	}
+	tick_stop(&s->gaps);
+	while (s->ndead)
+		srv_reap(s);
+	return NULL;
+}
+
+static void srv_start(struct srv *s, uint16_t port, bool tick)
+{
+	int ret;
+
+	memset(s, 0, sizeof(*s));
+	s->port = port;
+	s->tick = tick;
+	if (tick)
+		gaps_init(&s->gaps);
+	s->nic = t_nic_open(server_dev());
+	ret = rig_loop_open(s->nic, &s->loop);
+	cr_assert_eq(ret, 0, "rig_loop_open: %d %s", ret, rig_errmsg());
+	ret = rig_loop_listen(s->loop, server_ip(), port, LISTEN_COOKIE, &s->l);
+	cr_assert_eq(ret, 0, "rig_loop_listen(%s:%u): %d %s", server_ip(), port, ret,
+		     rig_errmsg());
+	t_buf(&s->buf, s->nic, (SRV_SLOTS + 1) * MSG, 0);	/* messages, greeting */
+	memcpy(s->buf.mem + SRV_SLOTS * MSG, GREETING, MSG);
+	cr_assert_eq(io_uring_queue_init(256, &s->ring, 0), 0);
+	ret = rig_uring_watch(&s->ring, s->loop, TAG_LOOP);
+	cr_assert_eq(ret, 0, "rig_uring_watch: %d %s", ret, rig_errmsg());
+	s->stop = eventfd(0, EFD_CLOEXEC);
+	cr_assert_geq(s->stop, 0);
+	queue_sqe_poll(&s->ring, s->stop, TAG_STOP);
+	cr_assert_eq(pthread_create(&s->thread, NULL, srv_main, s), 0);
+}
+
+static void srv_check(struct srv *s)
+{
+	cr_assert(!__atomic_load_n(&s->failed, __ATOMIC_ACQUIRE), "the server: %s", s->err);
+}
+
+static void srv_join(struct srv *s)
+{
+	cr_assert_eq(eventfd_write(s->stop, 1), 0);
+	cr_assert_eq(pthread_join(s->thread, NULL), 0);
+	srv_check(s);
+}
+
+static void srv_close(struct srv *s)
+{
+	int ret;
+
+	ret = rig_listener_close(s->l);
+	cr_assert_eq(ret, 0, "rig_listener_close: %d %s", ret, rig_errmsg());
+	ret = rig_loop_close(s->loop);
+	cr_assert_eq(ret, 0, "rig_loop_close: %d %s", ret, rig_errmsg());
+	io_uring_queue_exit(&s->ring);
+	close(s->stop);
+	cr_assert_eq(rig_nic_close(s->nic), 0, "%s", rig_errmsg());
+}
+
+/* A count the server thread keeps. */
+#define SRV_COUNT(s, what) __atomic_load_n(&(s)->what, __ATOMIC_RELAXED)
+
+/*
+ * The server's connections on its port, half-open ones included: the
+ * kernel's rdma_cm ids bound to the server's address and port, but the
+ * listener. Children's ids are bound to other ports (on one host, the
+ * same address).
+ */
+static int server_ids(uint16_t port)
+{
+	char want[80], line[1024];
+	FILE *f;
+	int n = 0, st;
+
+	snprintf(want, sizeof(want), " src-addr %s:%u ", server_ip(), port);
+	f = popen("rdma resource show cm_id 2>&1", "r");
+	cr_assert_not_null(f, "popen(rdma): %s", strerror(errno));
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, want) && !strstr(line, " state LISTEN "))
+			n++;
+	st = pclose(f);
+	cr_assert_eq(st, 0, "`rdma resource show cm_id` (iproute2) exited %#x", st);
+	return n;
+}
+
+/* Waits until the server holds no connection on its port; returns when
+ * that was seen, and fails past @end (t_now_ms()). One look at the table
+ * takes 0.1-0.6 s in the emulated guest. */
+static double wait_server_empty(struct srv *s, double end, const char *why)
+{
+	double t;
+	int n;
+
+	for (;;) {
+		n = server_ids(s->port);
+		t = t_now_ms();
+		if (!n)
+			return t;
+		srv_check(s);
+		cr_assert_lt(t, end, "%s: the server still holds %d connections %.0f ms past the bound",
+			     why, n, t - end);
+		usleep(50000);	/* polling a table; the verdict is the bound */
+	}
+}
+
+/* ---- the control: a loop that only ticks -------------------------------- */
+
+struct ctl {
+	struct io_uring ring;
+	int stop;
+	pthread_t thread;
+	struct gaps gaps;
+};
+
+static void *ctl_main(void *arg)
+{
+	struct ctl *c = arg;
+	struct io_uring_cqe *cqe;
+	bool stop = false;
+	unsigned head, seen;
+
+	c->gaps.last = t_now_ms();
+	tick_queue(&c->ring, &c->gaps);
+	while (!stop) {
+		if (io_uring_submit_and_wait(&c->ring, 1) < 0)
+			continue;
+		seen = 0;
+		io_uring_for_each_cqe(&c->ring, head, cqe) {
+			seen++;
+			if (cqe->user_data == TAG_TICK) {
+				tick_seen(&c->gaps);
+				tick_queue(&c->ring, &c->gaps);
+			} else {
+				stop = true;
+			}
+		}
+		io_uring_cq_advance(&c->ring, seen);
+	}
+	tick_stop(&c->gaps);
+	return NULL;
+}
+
+static void ctl_start(struct ctl *c)
+{
+	gaps_init(&c->gaps);
+	cr_assert_eq(io_uring_queue_init(8, &c->ring, 0), 0);
+	c->stop = eventfd(0, EFD_CLOEXEC);
+	cr_assert_geq(c->stop, 0);
+	queue_sqe_poll(&c->ring, c->stop, TAG_STOP);
+	cr_assert_eq(pthread_create(&c->thread, NULL, ctl_main, c), 0);
+}
+
+static void ctl_join(struct ctl *c)
+{
+	cr_assert_eq(eventfd_write(c->stop, 1), 0);
+	cr_assert_eq(pthread_join(c->thread, NULL), 0);
+	io_uring_queue_exit(&c->ring);
+	close(c->stop);
+}
+
+/* ---- honest clients ---------------------------------------------------- */
+
+enum { C_WAITING, C_DIALING, C_TALKING, C_DONE };
+
+/* A loop of the test's thread that dials the server. */
+struct cli {
+	struct rig_nic *nic;
+	struct rig_loop *loop;
+	struct io_uring ring;
+	struct t_buf tx;		/* client i's message at i * MSG */
+	struct t_buf rx;		/* its greeting at 2i * MSG, its echo after */
+	uint64_t base;			/* the cookie of dial 0 of this round */
+	struct {
+		struct rig_qp *qp;
+		int state;
+		int got;	/* messages received */
+		double retry_at;	/* shed: dial again then */
+		double end;		/* served by then, or the test fails */
+	} c[SRV_SLOTS];
+	int rounds;
+	int refused;		/* dials shed by the listener, all rounds */
+};
+
+static void cli_open(struct cli *h)
+{
+	int ret;
+
+	memset(h, 0, sizeof(*h));
+	h->nic = t_nic_open(t_dev());
+	ret = rig_loop_open(h->nic, &h->loop);
+	cr_assert_eq(ret, 0, "rig_loop_open: %d %s", ret, rig_errmsg());
+	cr_assert_eq(io_uring_queue_init(64, &h->ring, 0), 0);
+	ret = rig_uring_watch(&h->ring, h->loop, TAG_LOOP);
+	cr_assert_eq(ret, 0, "rig_uring_watch: %d %s", ret, rig_errmsg());
+	t_buf(&h->tx, h->nic, SRV_SLOTS * MSG, 7);
+	t_buf(&h->rx, h->nic, 2 * SRV_SLOTS * MSG, 0);
+}
+
+static void cli_close(struct cli *h)
+{
+	int ret = rig_loop_close(h->loop);
+
+	cr_assert_eq(ret, 0, "rig_loop_close: %d %s", ret, rig_errmsg());
+	io_uring_queue_exit(&h->ring);
+	cr_assert_eq(rig_nic_close(h->nic), 0, "%s", rig_errmsg());
+}
+
+/* Waits up to @ms for the loop's next news; returns how many came. */
+static int cli_news(struct cli *h, int ms, struct rig_ready *ready, int max)
+{
+	struct __kernel_timespec ts = { ms / 1000, (ms % 1000) * 1000000ll };
+	struct io_uring_cqe *cqe;
+	int ret, n;
+
+	io_uring_submit(&h->ring);
+	ret = io_uring_wait_cqe_timeout(&h->ring, &cqe, &ts);
+	if (ret == -ETIME)
+		return 0;
+	cr_assert_eq(ret, 0, "io_uring_wait_cqe_timeout: %d", ret);
+	cr_assert_eq(cqe->user_data, TAG_LOOP);
+	n = rig_uring_handle(&h->ring, h->loop, cqe, ready, max);
+	io_uring_cqe_seen(&h->ring, cqe);
+	cr_assert_geq(n, 0, "rig_uring_handle: %d %s", n, rig_errmsg());
+	return n;
+}
+
+/* Waits for one piece of news, failing after @ms; returns when it came. */
+static double cli_one(struct cli *h, int ms, struct rig_ready *r)
+{
+	double end = t_now_ms() + ms;
+	int n;
+
+	do {
+		n = cli_news(h, 20, r, 1);
+		if (n)
+			return t_now_ms();
+	} while (t_now_ms() < end);
+	cr_assert_fail("no news within %d ms", ms);
+	return 0;
+}
+
+/* Client @i got its greeting: checks it, answers. */
+static void cli_answer(struct cli *h, int i, struct rig_qp *qp)
+{
+	int ret;
+
+	cr_assert_arr_eq(h->rx.mem + (size_t)2 * i * MSG, GREETING, MSG,
+			 "client %d: not the server's greeting", i);
+	ret = rig_qp_receive(qp, h->rx.r, (size_t)(2 * i + 1) * MSG, MSG);
+	cr_assert_eq(ret, 0, "rig_qp_receive: %d %s", ret, rig_errmsg());
+	ret = rig_qp_send(qp, h->tx.r, (size_t)i * MSG, MSG);
+	cr_assert_eq(ret, 0, "rig_qp_send: %d %s", ret, rig_errmsg());
+}
+
+static int cli_find(struct cli *h, int n, const struct rig_qp *qp)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		if (h->c[i].qp == qp && h->c[i].state == C_TALKING)
+			return i;
+	return -1;
+}
+
+static void cli_dial(struct cli *h, uint16_t port, int i)
+{
+	int ret = rig_loop_dial(h->loop, server_ip(), port, DIAL_US, h->base + i);
+
+	cr_assert_eq(ret, 0, "rig_loop_dial %d: %d %s", i, ret, rig_errmsg());
+	if (h->c[i].state == C_WAITING)
+		h->c[i].end = t_now_ms() + DIAL_US / 1000 + MARGIN_MS;
+	h->c[i].state = C_DIALING;
+	h->c[i].retry_at = 0;
+}
+
+/*
+ * @n clients dial the server at once; each, once its dial's news comes
+ * back with its cookie, takes the greeting, sends its message, checks the
+ * echo and leaves, CLI_WINDOW under way at a time. With @shed_ok, a client
+ * the listener sheds dials again after RETRY_MS, as cm.h tells it to.
+ * Fails the test unless each is served within its dial's bound and the
+ * margin of its first dial.
+ */
+static void cli_round(struct cli *h, uint16_t port, int n, bool shed_ok)
+{
+	struct rig_ready ready[64];
+	struct rig_completion c;
+	int i, k, got, left = n, going = 0, ret;
+
+	cr_assert_leq(n, SRV_SLOTS);
+	h->base = 0xd1a1000000000000ull + (uint64_t)h->rounds++ * 0x100000000ull;
+	for (i = 0; i < n; i++) {
+		h->c[i].qp = NULL;
+		h->c[i].got = 0;
+		h->c[i].state = C_WAITING;
+	}
+	while (left) {
+		for (i = 0; i < n; i++)
+			cr_assert(h->c[i].state == C_WAITING || h->c[i].state == C_DONE ||
+				  t_now_ms() < h->c[i].end,
+				  "honest client %d not served %d ms after its first dial (%d of %d left)",
+				  i, DIAL_US / 1000 + MARGIN_MS, left, n);
+		for (i = 0; i < n && going < CLI_WINDOW; i++)
+			if (h->c[i].state == C_WAITING) {
+				cli_dial(h, port, i);
+				going++;
+			}
+		for (i = 0; i < n; i++)
+			if (h->c[i].retry_at && t_now_ms() >= h->c[i].retry_at)
+				cli_dial(h, port, i);
+		got = cli_news(h, 20, ready, 64);
+		for (k = 0; k < got; k++) {
+			struct rig_ready *r = &ready[k];
+
+			switch (r->news) {
+			case RIG_NEWS_DIALED:
+				i = (int)(r->cookie - h->base);
+				cr_assert(r->cookie >= h->base && i >= 0 && i < n &&
+					  h->c[i].state == C_DIALING && !h->c[i].retry_at,
+					  "DIALED with cookie %#llx: not one of this round's, or twice",
+					  (unsigned long long)r->cookie);
+				if (shed_ok && r->result == -ECONNREFUSED) {
+					h->c[i].retry_at = t_now_ms() + RETRY_MS;
+					h->refused++;
+					break;
+				}
+				cr_assert_eq(r->result, 0, "honest dial %d: %d (%s)", i, r->result,
+					     rig_errmsg());
+				cr_assert_not_null(r->qp);
+				h->c[i].qp = r->qp;
+				h->c[i].state = C_TALKING;
+				ret = rig_qp_receive(r->qp, h->rx.r, (size_t)2 * i * MSG, MSG);
+				cr_assert_eq(ret, 0, "rig_qp_receive: %d %s", ret, rig_errmsg());
+				break;
+			case RIG_NEWS_RING:
+				i = cli_find(h, n, r->qp);
+				if (i < 0)
+					break;	/* a client that left already */
+				while (h->c[i].state == C_TALKING &&
+				       (ret = rig_qp_poll(r->qp, r->side, &c)) == 1) {
+					cr_assert_eq(c.error, 0, "honest client %d, %s: %s", i,
+						     r->side == RIG_SEND ? "send" : "receive", c.why);
+					if (r->side == RIG_SEND)
+						continue;
+					cr_assert_eq(c.bytes, MSG);
+					if (!h->c[i].got++) {
+						cli_answer(h, i, r->qp);
+						continue;
+					}
+					cr_assert_arr_eq(h->rx.mem + (size_t)(2 * i + 1) * MSG,
+							 h->tx.mem + (size_t)i * MSG, MSG,
+							 "client %d: the echo differs", i);
+					ret = rig_qp_destroy(r->qp);
+					cr_assert_eq(ret, 0, "rig_qp_destroy: %d %s", ret,
+						     rig_errmsg());
+					h->c[i].state = C_DONE;
+					left--;
+					going--;
+				}
+				break;
+			default:
+				cr_assert_fail("honest client: news %d, result %d", r->news,
+					       r->result);
+			}
+		}
+	}
+}
+
+/* ---- hostile clients: children that speak librdmacm --------------------- */
+
+enum kmode {
+	K_STALL_UNREAD,	/* sends a request, then never reads an event */
+	K_STALL_REPLY,	/* reads the reply, never establishes */
+	K_KILL_REQUEST,	/* killed once its request is out */
+	K_KILL_REPLY,	/* killed once the reply came */
+	K_FLOOD,	/* FLOOD requests at once on one channel, all stalled */
+	K_GARBAGE,	/* one request of each kind of garbage */
+};
+
+static const char *const kmode_name[] = {
+	"stall after the request", "stall after the reply", "killed after the request",
+	"killed after the reply", "flood", "garbage",
+};
+
+/* Kinds of garbage private data. The transport pads what is sent with
+ * zeros to 56 bytes, so "short" means "then zeros". */
+enum {
+	G_EMPTY,	/* nothing: 56 zeros */
+	G_SHORT,	/* "rig": the tag cut short */
+	G_WRONG_TAG,	/* "rig0" and a good endpoint */
+	G_QP_TOO_BIG,	/* a queue pair number over 24 bits */
+	G_PADDING,	/* a good endpoint, then a nonzero byte */
+	G_RANDOM,	/* 56 random bytes */
+	G_CUT,		/* the tag and 16 bytes of the endpoint: its GID cut */
+	G_KINDS,
+};
+
+/* What a child tells the test at its end. */
+struct kreport {
+	int n, replied, rejected_at_once;
+	int at_once_status;	/* the REJ reason of one rejected at once */
+	double drop_min_ms, drop_max_ms;	/* request to REJECTED, when replied */
+};
+
+struct kid {
+	enum kmode mode;
+	pid_t pid;
+	int go, from;		/* pipes to and from the child */
+	bool killed;
+	double t_kill;
+	struct kreport rep;
+};
+
+struct rid {
+	struct rdma_cm_id *id;
+	double t_connect, t_reply, t_end;
+	int end;		/* the event that ended it; -1 while open */
+	int status;
+	int kind;		/* of garbage, or -1 */
+};
+
+struct raw {
+	struct rdma_event_channel *ch;
+	struct rid *v;
+	int n, sent, replied, ended;
+	bool hold;		/* read no event once every request is out */
+	uint32_t qp_top;	/* the queue pair numbers its requests name */
+	struct rig_endpoint e;	/* a real endpoint of the child's, offered */
+};
+
+static void kid_say(int fd, char c)
+{
+	T_CHILD_CHECK(write(fd, &c, 1) == 1, "write to the test: %s", strerror(errno));
+}
+
+static size_t garbage(int kind, const struct rig_endpoint *e, uint8_t out[56])
+{
+	uint8_t ok[RIG_CM_PRIVATE];
+	uint32_t x = 12345;
+	int i;
+
+	rig_cm_pack(e, ok);
+	memset(out, 0, 56);
+	switch (kind) {
+	case G_EMPTY:
+		return 0;
+	case G_SHORT:
+		memcpy(out, ok, 3);
+		return 3;
+	case G_WRONG_TAG:
+		memcpy(out, ok, RIG_CM_PRIVATE);
+		out[3] = '0';
+		return RIG_CM_PRIVATE;
+	case G_QP_TOO_BIG:
+		memcpy(out, ok, RIG_CM_PRIVATE);
+		out[4] = 0x80;		/* the qp's top byte */
+		return RIG_CM_PRIVATE;
+	case G_PADDING:
+		memcpy(out, ok, RIG_CM_PRIVATE);
+		out[50] = 1;
+		return 56;
+	case G_RANDOM:
+		for (i = 0; i < 56; i++) {
+			x = x * 1103515245 + 12345;
+			out[i] = (uint8_t)(x >> 16);
+		}
+		return 56;
+	default:		/* G_CUT */
+		memcpy(out, ok, 4 + 16);
+		return 4 + 16;
+	}
+}
+
+static void raw_connect(struct raw *r, struct rid *d)
+{
+	struct rdma_conn_param p = { 0 };
+	struct rig_endpoint e = r->e;
+	uint8_t priv[56];
+	size_t len;
+
+	/* Each request names a queue pair of its own (the CM rejects a
+	 * second live request from one queue pair of one device as stale),
+	 * from the top of the 24-bit range: rxe numbers its queue pairs from
+	 * the bottom, and an honest client's request that named a number a
+	 * hostile one named would be rejected as stale too. The server
+	 * connects to any number. */
+	e.qp = r->qp_top - (uint32_t)(d - r->v);
+	if (d->kind >= 0) {
+		len = garbage(d->kind, &e, priv);
+	} else {
+		rig_cm_pack(&e, priv);
+		len = RIG_CM_PRIVATE;
+	}
+	p.private_data = len ? priv : NULL;
+	p.private_data_len = (uint8_t)len;
+	p.qp_num = e.qp;
+	p.responder_resources = 1;
+	p.initiator_depth = 1;
+	p.retry_count = 7;
+	p.rnr_retry_count = 7;
+	/* Read the clock first: the server may take the request before
+	 * rdma_connect() returns. */
+	d->t_connect = t_now_ms();
+	T_CHILD_CHECK(rdma_connect(d->id, &p) == 0, "rdma_connect: %s", strerror(errno));
+	r->sent++;
+}
+
+/* Takes the events that are there; with none, waits for one until @end. */
+static void raw_pump(struct raw *r, double end)
+{
+	struct pollfd pfd = { r->ch->fd, POLLIN, 0 };
+	struct rdma_cm_event *ev;
+	int got = 0;
+
+	for (;;) {
+		while (!rdma_get_cm_event(r->ch, &ev)) {
+			struct rid *d = ev->id->context;
+
+			got++;
+			switch (ev->event) {
+			case RDMA_CM_EVENT_ADDR_RESOLVED:
+				T_CHILD_CHECK(rdma_resolve_route(ev->id, 5000) == 0,
+					      "rdma_resolve_route: %s", strerror(errno));
+				break;
+			case RDMA_CM_EVENT_ROUTE_RESOLVED:
+				raw_connect(r, d);
+				break;
+			case RDMA_CM_EVENT_CONNECT_RESPONSE:
+				d->t_reply = t_now_ms();
+				r->replied++;
+				break;	/* and never rdma_establish */
+			default:
+				d->end = ev->event;
+				d->status = ev->status;
+				d->t_end = t_now_ms();
+				r->ended++;
+			}
+			rdma_ack_cm_event(ev);
+			if (r->hold && r->sent == r->n)
+				return;
+		}
+		T_CHILD_CHECK(errno == EAGAIN, "rdma_get_cm_event: %s", strerror(errno));
+		if (got || t_now_ms() >= end)
+			return;
+		poll(&pfd, 1, (int)(end - t_now_ms()) + 1);
+	}
+}
+
+/* @n ids on one channel, each resolving the server's address. */
+static void raw_open(struct raw *r, int n, uint16_t port, bool garbage_kinds)
+{
+	struct sockaddr_in sin = { 0 };
+	struct rig_nic *nic = NULL;
+	struct rig_qp *qp = NULL;
+	int i, ret;
+
+	/* A real endpoint of this process to offer: the server can connect
+	 * its queue pair to it, so only the missing handshake stops it. */
+	ret = rig_nic_open(t_dev(), &nic);
+	T_CHILD_CHECK(ret == 0, "rig_nic_open: %d %s", ret, rig_errmsg());
+	ret = rig_qp_make(nic, &qp);
+	T_CHILD_CHECK(ret == 0, "rig_qp_make: %d %s", ret, rig_errmsg());
+	rig_qp_endpoint(qp, &r->e);
+
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons(port);
+	T_CHILD_CHECK(inet_pton(AF_INET, server_ip(), &sin.sin_addr) == 1, "server address");
+	r->ch = rdma_create_event_channel();
+	T_CHILD_CHECK(r->ch, "rdma_create_event_channel: %s", strerror(errno));
+	T_CHILD_CHECK(fcntl(r->ch->fd, F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
+	r->v = calloc(n, sizeof(*r->v));
+	T_CHILD_CHECK(r->v, "calloc");
+	r->n = n;
+	for (i = 0; i < n; i++) {
+		r->v[i].end = -1;
+		r->v[i].kind = garbage_kinds ? i : -1;
+		T_CHILD_CHECK(rdma_create_id(r->ch, &r->v[i].id, &r->v[i], RDMA_PS_TCP) == 0,
+			      "rdma_create_id %d: %s", i, strerror(errno));
+	}
+	for (i = 0; i < n; i++)
+		T_CHILD_CHECK(rdma_resolve_addr(r->v[i].id, NULL, (struct sockaddr *)&sin,
+						5000) == 0,
+			      "rdma_resolve_addr %d: %s", i, strerror(errno));
+}
+
+/*
+ * The child's work. Each id's request must end REJECTED: the server
+ * rejects garbage, and requests beyond RIG_CM_HANDSHAKES, at once; it
+ * drops a half-open connection RIG_CM_HALF_OPEN_MS after it took the
+ * request (its rdma_cm sends REJ when the id goes), which the client sees
+ * no sooner than that after its request and, give or take the margin, no
+ * later than that after the reply; and it never lets a stalled one become
+ * a connection. A flood's requests may wait in the server's kernel before
+ * rig takes them, so all of them get twice the bound to end.
+ */
+static void kid_run(struct kid *k, int idx, uint16_t port, int out)
+{
+	double bound = RIG_CM_HALF_OPEN_MS + MARGIN_MS, end, last;
+	struct kreport *rep = &k->rep;
+	struct raw r = { 0 };
+	int n = k->mode == K_FLOOD ? FLOOD : k->mode == K_GARBAGE ? G_KINDS : 1;
+	bool said = false;
+	int i;
+
+	r.hold = k->mode == K_STALL_UNREAD;
+	r.qp_top = 0xffffff - 4096 * (uint32_t)idx;
+	raw_open(&r, n, port, k->mode == K_GARBAGE);
+	/* every request out */
+	end = t_now_ms() + 30000;
+	while (r.sent < n && t_now_ms() < end)
+		raw_pump(&r, end);
+	T_CHILD_CHECK(r.sent == n, "%s: %d of %d requests out in 30 s (%d ended: event %d)",
+		      kmode_name[k->mode], r.sent, n, r.ended, r.v[0].end);
+	kid_say(out, 's');
+	switch (k->mode) {
+	case K_KILL_REQUEST:
+		for (;;)
+			pause();
+	case K_STALL_UNREAD: {
+		/* Reads nothing until the bound: by then the reply and the
+		 * server's REJ must both be waiting. */
+		struct timespec ts;
+		double at = r.v[0].t_connect + bound;
+
+		ts.tv_sec = (time_t)(at / 1000);
+		ts.tv_nsec = (long)((at - ts.tv_sec * 1000.0) * 1e6);
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+		r.hold = false;
+		raw_pump(&r, 0);
+		T_CHILD_CHECK(r.replied == 1 && r.ended == 1 &&
+			      r.v[0].end == RDMA_CM_EVENT_REJECTED,
+			      "%s: %d replies, ended by event %d within %.0f ms",
+			      kmode_name[k->mode], r.replied, r.v[0].end, bound);
+		break;
+	}
+	default:
+		for (last = i = 0; i < n; i++)
+			if (r.v[i].t_connect > last)
+				last = r.v[i].t_connect;
+		end = last + 2 * bound;
+		while ((k->mode == K_KILL_REPLY ? r.replied : r.ended) < n) {
+			T_CHILD_CHECK(t_now_ms() < end,
+				      "%s: %d of %d requests still open %.0f ms after the last went out (%d replied, %d ended)",
+				      kmode_name[k->mode], n - r.ended, n, 2 * bound, r.replied,
+				      r.ended);
+			raw_pump(&r, end);
+			if (k->mode == K_STALL_REPLY && r.replied == n && !said) {
+				kid_say(out, 'r');
+				said = true;
+			}
+		}
+		if (k->mode == K_KILL_REPLY) {
+			kid_say(out, 'r');
+			for (;;)
+				pause();
+		}
+	}
+	rep->n = n;
+	rep->replied = r.replied;
+	rep->drop_min_ms = 1e9;
+	for (i = 0; i < n; i++) {
+		struct rid *d = &r.v[i];
+		double dt = d->t_end - d->t_connect;
+
+		T_CHILD_CHECK(d->end == RDMA_CM_EVENT_REJECTED,
+			      "%s: request %d ended by %s (status %d), not REJECTED",
+			      kmode_name[k->mode], i, rdma_event_str(d->end), d->status);
+		if (!d->t_reply) {
+			rep->rejected_at_once++;
+			rep->at_once_status = d->status;
+			continue;
+		}
+		if (k->mode == K_STALL_UNREAD)
+			continue;	/* it read the REJ late, on purpose */
+		T_CHILD_CHECK(dt >= RIG_CM_HALF_OPEN_MS,
+			      "%s: request %d dropped %.0f ms after it went out, before %d ms",
+			      kmode_name[k->mode], i, dt, RIG_CM_HALF_OPEN_MS);
+		T_CHILD_CHECK(d->t_end - d->t_reply <= bound,
+			      "%s: request %d dropped %.0f ms after the reply came, past %.0f ms",
+			      kmode_name[k->mode], i, d->t_end - d->t_reply, bound);
+		if (dt < rep->drop_min_ms)
+			rep->drop_min_ms = dt;
+		if (dt > rep->drop_max_ms)
+			rep->drop_max_ms = dt;
+	}
+	/* Garbage: rejected without a reply (G_CUT may get one, and then
+	 * be dropped: its endpoint is well-formed, its GID nobody's). */
+	if (k->mode == K_GARBAGE)
+		for (i = 0; i < n; i++)
+			T_CHILD_CHECK(!r.v[i].t_reply || r.v[i].kind == G_CUT,
+				      "garbage of kind %d got a reply", r.v[i].kind);
+	kid_say(out, 'e');
+	T_CHILD_CHECK(write(out, rep, sizeof(*rep)) == sizeof(*rep), "report");
+	for (i = 0; i < n; i++)
+		rdma_destroy_id(r.v[i].id);
+	rdma_destroy_event_channel(r.ch);
+}
+
+/* Forks a child of @mode that waits for kid_launch(). Call before any thread
+ * starts: the child then inherits no lock another thread holds. */
+static void kid_fork(struct kid *k, int idx, enum kmode mode, uint16_t port)
+{
+	int go[2], from[2];
+	char c;
+
+	memset(k, 0, sizeof(*k));
+	k->mode = mode;
+	cr_assert_eq(pipe2(go, O_CLOEXEC), 0);
+	cr_assert_eq(pipe2(from, O_CLOEXEC), 0);
+	k->pid = fork();
+	cr_assert_geq(k->pid, 0);
+	if (k->pid == 0) {
+		close(go[1]);
+		close(from[0]);
+		alarm(60);	/* a hang ends in SIGALRM */
+		T_CHILD_CHECK(read(go[0], &c, 1) == 1, "the test never said go");
+		kid_run(k, idx, port, from[1]);
+		_exit(0);
+	}
+	close(go[0]);
+	close(from[1]);
+	k->go = go[1];
+	k->from = from[0];
+}
+
+/* Reads the child's next word; fails the test if it died first. */
+static char kid_hear(struct kid *k, int ms)
+{
+	struct pollfd pfd = { k->from, POLLIN, 0 };
+	char c = 0;
+
+	cr_assert_eq(poll(&pfd, 1, ms), 1, "%s: nothing from the child in %d ms",
+		     kmode_name[k->mode], ms);
+	cr_assert_eq(read(k->from, &c, 1), 1, "%s: the child died: %s", kmode_name[k->mode],
+		     t_child_msg());
+	return c;
+}
+
+/*
+ * Lets the child loose and waits until it has reached its step: its
+ * requests out, and the reply if it waits for one; then kills those
+ * meant to die there.
+ */
+static void kid_launch(struct kid *k)
+{
+	char c;
+
+	cr_assert_eq(write(k->go, "g", 1), 1);
+	c = kid_hear(k, 60000);
+	cr_assert_eq(c, 's', "%s: the child said %c", kmode_name[k->mode], c);
+	if (k->mode == K_STALL_REPLY || k->mode == K_KILL_REPLY) {
+		c = kid_hear(k, 30000);
+		cr_assert_eq(c, 'r', "%s: the child said %c", kmode_name[k->mode], c);
+	}
+	if (k->mode == K_KILL_REQUEST || k->mode == K_KILL_REPLY) {
+		cr_assert_eq(kill(k->pid, SIGKILL), 0);
+		k->t_kill = t_now_ms();
+		k->killed = true;
+	}
+}
+
+/* Waits for the child's end: its report, or death by SIGKILL if killed. */
+static void kid_reap(struct kid *k)
+{
+	int status;
+	char c;
+
+	if (!k->killed) {
+		do
+			c = kid_hear(k, 60000);
+		while (c != 'e');
+		cr_assert_eq(read(k->from, &k->rep, sizeof(k->rep)), (ssize_t)sizeof(k->rep));
+	}
+	cr_assert_eq(waitpid(k->pid, &status, 0), k->pid);
+	if (k->killed)
+		cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	else
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			  "%s: the child ended with status %#x: %s", kmode_name[k->mode], status,
+			  t_child_msg());
+	if (k->killed)
+		return;
+	if (k->rep.rejected_at_once)
+		cr_log_info("%s: %d of %d requests rejected at once (REJ reason %d)",
+			    kmode_name[k->mode], k->rep.rejected_at_once, k->rep.n,
+			    k->rep.at_once_status);
+	if (k->rep.drop_max_ms)
+		cr_log_info("%s: %d of %d requests answered, then dropped %.0f-%.0f ms after the request",
+			    kmode_name[k->mode], k->rep.replied, k->rep.n, k->rep.drop_min_ms,
+			    k->rep.drop_max_ms);
+}
+
+/* ---- fds and memory ------------------------------------------------------ */
+
+struct mark {
+	int fds;
+	long rss;
+};
+
+static void mark(struct mark *m)
+{
+	malloc_trim(0);		/* what malloc keeps free is no leak */
+	m->fds = t_fd_count();
+	m->rss = t_resident_kib();
+}
+
+static void assert_flat(const char *what, const struct mark *a, const struct mark *b)
+{
+	cr_log_info("%s: fds %d -> %d, Rss %ld -> %ld KiB", what, a->fds, b->fds, a->rss, b->rss);
+	cr_assert_eq(b->fds, a->fds, "%s: the server ends with %d fds more", what,
+		     b->fds - a->fds);
+	if (!T_ASAN)	/* ASan's quarantine holds freed memory on purpose */
+		cr_assert_leq(b->rss, a->rss + RSS_SLACK_KB,
+			      "%s: Rss grew by %ld KiB (slack %d KiB)", what, b->rss - a->rss,
+			      RSS_SLACK_KB);
+}
+
+/* ---- 1. the outcomes of a dial ------------------------------------------- */
+
+/* Resident memory is compared before and after each attack: without
+ * transparent huge pages, so that it moves by pages, not by 2 MiB when
+ * the kernel backs a piece of a malloc arena with a huge page. */
+static void suite_init(void)
+{
+	prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
+}
+
+TestSuite(conn, .init = suite_init);
+
+/* A dial connects: its news carries its cookie and a queue pair; the
+ * listener's news carries the listener's cookie; a message goes each way;
+ * and when the client leaves, the server hears GONE (-ECONNRESET). */
+Test(conn, dialed_connected_and_accepted_with_their_cookies, .timeout = 120)
+{
+	const uint16_t port = 18601;
+	static struct srv s;	/* static: the server thread outlives a failed assert */
+	static struct cli h;
+	double t0;
+
+	srv_start(&s, port, false);
+	cli_open(&h);
+	cli_round(&h, port, 3, false);
+	cr_assert_eq(SRV_COUNT(&s, accepted), 3);
+	cr_assert_eq(SRV_COUNT(&s, echoed), 3);
+	t0 = t_now_ms();
+	while (SRV_COUNT(&s, gone) < 3) {
+		srv_check(&s);
+		cr_assert_lt(t_now_ms() - t0, 5000.0, "the server heard of %d of 3 leaving",
+			     SRV_COUNT(&s, gone));
+		usleep(1000);
+	}
+	srv_join(&s);
+	cli_close(&h);
+	srv_close(&s);
+}
+
+/* A listener that takes requests and never answers: a raw rdma_cm id
+ * that never reads its events. */
+static struct rdma_cm_id *mute_listener(struct rdma_event_channel *ch, uint16_t port)
+{
+	struct sockaddr_in sin = { 0 };
+	struct rdma_cm_id *id;
+
+	cr_assert_eq(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0);
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons(port);
+	cr_assert_eq(inet_pton(AF_INET, server_ip(), &sin.sin_addr), 1);
+	cr_assert_eq(rdma_bind_addr(id, (struct sockaddr *)&sin), 0, "%s", strerror(errno));
+	cr_assert_eq(rdma_listen(id, 8), 0, "%s", strerror(errno));
+	return id;
+}
+
+/*
+ * Three dials at once from one loop, each failing its own way; each
+ * outcome comes back as DIALED news with its own cookie and no queue pair:
+ * - nobody listens on the port: -ECONNREFUSED;
+ * - an address in a subnet no route leads to: -ENETUNREACH (news too,
+ *   though the kernel may know it before rig_loop_dial returns);
+ * - a listener that never answers: -ETIMEDOUT at the dial's bound, not
+ *   sooner, and before rdma_cm's own timeout (its request waits 4.3 s for
+ *   an answer before the first retry).
+ */
+Test(conn, failed_dials_come_back_as_news_with_their_cookies, .timeout = 60)
+{
+	static const struct {
+		const char *what;
+		int result;
+	} want[3] = {
+		{ "nobody listening", -ECONNREFUSED },
+		{ "no route", -ENETUNREACH },
+		{ "a listener that never answers", -ETIMEDOUT },
+	};
+	const uint64_t cookie = 0xabad1dea00000000ull;
+	const uint16_t refused = 18602, mute = 18604;
+	struct rdma_event_channel *ch;
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *id;
+	struct rig_ready r;
+	static struct cli h;
+	double t0, t, dt = 0;
+	bool seen[3] = { false };
+	int i, k, ret;
+
+	ch = rdma_create_event_channel();
+	cr_assert_not_null(ch);
+	id = mute_listener(ch, mute);
+	cli_open(&h);
+	t0 = t_now_ms();
+	ret = rig_loop_dial(h.loop, server_ip(), refused, DIAL_US, cookie + 0);
+	cr_assert_eq(ret, 0, "rig_loop_dial: %d %s", ret, rig_errmsg());
+	ret = rig_loop_dial(h.loop, "198.51.100.7", refused, DIAL_US, cookie + 1);
+	cr_assert_eq(ret, 0, "rig_loop_dial started no dial: %d (%s); its outcome is news",
+		     ret, rig_errmsg());
+	ret = rig_loop_dial(h.loop, server_ip(), mute, SHORT_DIAL_MS * 1000, cookie + 2);
+	cr_assert_eq(ret, 0, "rig_loop_dial: %d %s", ret, rig_errmsg());
+	for (k = 0; k < 3; k++) {
+		t = cli_one(&h, 10000, &r);
+		i = (int)(r.cookie - cookie);
+		cr_assert_eq(r.news, RIG_NEWS_DIALED);
+		cr_assert(r.cookie >= cookie && i < 3 && !seen[i],
+			  "DIALED with cookie %#llx: no dial's, or twice",
+			  (unsigned long long)r.cookie);
+		seen[i] = true;
+		cr_assert_eq(r.result, want[i].result, "%s: %d, not %d", want[i].what, r.result,
+			     want[i].result);
+		cr_assert_null(r.qp, "%s", want[i].what);
+		if (i == 2)
+			dt = t - t0;
+	}
+	cr_log_info("a %d ms dial timed out after %.0f ms", SHORT_DIAL_MS, dt);
+	cr_assert_geq(dt, SHORT_DIAL_MS, "timed out after %.0f ms, before its bound", dt);
+	cr_assert_lt(dt, SHORT_DIAL_MS + MARGIN_MS, "timed out after %.0f ms", dt);
+	/* The request did reach the listener that never answered. */
+	cr_assert_eq(rdma_get_cm_event(ch, &ev), 0);
+	cr_assert_eq(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST, "%s", rdma_event_str(ev->event));
+	rdma_ack_cm_event(ev);
+	cli_close(&h);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+}
+
+static void exchange(struct rig_qp *from, struct rig_qp *to, struct t_buf *tx,
+		     struct t_buf *rx, size_t n)
+{
+	struct rig_completion c;
+
+	cr_assert_eq(rig_qp_receive(to, rx->r, 0, rx->len), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_send(from, tx->r, 0, n), 0, "%s", rig_errmsg());
+	c = t_take(from, RIG_SEND, 5000);
+	cr_assert_eq(c.error, 0, "%s", c.why);
+	c = t_take(to, RIG_RECEIVE, 5000);
+	cr_assert_eq(c.error, 0, "%s", c.why);
+	cr_assert_eq(c.bytes, n);
+	cr_assert_arr_eq(rx->mem, tx->mem, n);
+}
+
+struct acceptor {
+	struct rig_listener *l;
+	int ret;
+	struct rig_qp *qp;
+};
+
+static void *accept_one(void *arg)
+{
+	struct acceptor *a = arg;
+
+	a->ret = rig_accept(a->l, DIAL_US, &a->qp);
+	return NULL;
+}
+
+/* The blocking calls drive the same steps: rig_dial against a loop's
+ * listener, and rig_loop_dial against rig_listen and rig_accept. */
+Test(conn, blocking_dial_and_accept_meet_the_loop, .timeout = 120)
+{
+	const uint16_t port = 18605, port2 = 18606;
+	const uint64_t cookie = 0xabad1dea00000004ull;
+	struct acceptor a = { NULL, -1, NULL };
+	struct t_buf ctx, crx, stx, srx;
+	struct rig_completion c;
+	struct rig_qp *qp = NULL;
+	struct rig_ready r;
+	struct rig_nic *sn;
+	static struct srv s;
+	static struct cli h;
+	pthread_t t;
+	int ret;
+
+	/* rig_dial to the loop's listener, which echoes */
+	srv_start(&s, port, false);
+	cli_open(&h);
+	ret = rig_dial(h.nic, server_ip(), port, DIAL_US, &qp);
+	cr_assert_eq(ret, 0, "rig_dial: %d %s", ret, rig_errmsg());
+	t_buf(&ctx, h.nic, MSG, 3);
+	t_buf(&crx, h.nic, MSG, 0);
+	cr_assert_eq(rig_qp_receive(qp, crx.r, 0, MSG), 0, "%s", rig_errmsg());
+	c = t_take(qp, RIG_RECEIVE, 5000);
+	cr_assert_eq(c.error, 0, "%s", c.why);
+	cr_assert_arr_eq(crx.mem, GREETING, MSG);
+	cr_assert_eq(rig_qp_receive(qp, crx.r, 0, MSG), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_send(qp, ctx.r, 0, MSG), 0, "%s", rig_errmsg());
+	c = t_take(qp, RIG_RECEIVE, 5000);
+	cr_assert_eq(c.error, 0, "%s", c.why);
+	cr_assert_eq(c.bytes, MSG);
+	cr_assert_arr_eq(crx.mem, ctx.mem, MSG);
+	cr_assert_eq(SRV_COUNT(&s, accepted), 1);
+	cr_assert_eq(rig_qp_destroy(qp), 0);
+	srv_join(&s);
+	srv_close(&s);
+
+	/* rig_loop_dial to rig_listen, accepted by rig_accept */
+	sn = t_nic_open(server_dev());
+	ret = rig_listen(sn, server_ip(), port2, &a.l);
+	cr_assert_eq(ret, 0, "rig_listen: %d %s", ret, rig_errmsg());
+	cr_assert_eq(pthread_create(&t, NULL, accept_one, &a), 0);
+	ret = rig_loop_dial(h.loop, server_ip(), port2, DIAL_US, cookie);
+	cr_assert_eq(ret, 0, "rig_loop_dial: %d %s", ret, rig_errmsg());
+	cli_one(&h, 15000, &r);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(a.ret, 0, "rig_accept: %d", a.ret);
+	cr_assert_eq(r.news, RIG_NEWS_DIALED);
+	cr_assert_eq(r.cookie, cookie);
+	cr_assert_eq(r.result, 0, "%d", r.result);
+	cr_assert_not_null(r.qp);
+	t_buf(&stx, sn, 4096, 4);
+	t_buf(&srx, sn, 4096, 0);
+	exchange(r.qp, a.qp, &ctx, &srx, MSG);
+	exchange(a.qp, r.qp, &stx, &crx, MSG);
+	cr_assert_eq(rig_qp_destroy(r.qp), 0);
+	cr_assert_eq(rig_qp_destroy(a.qp), 0);
+	cr_assert_eq(rig_listener_close(a.l), 0);
+	cr_assert_eq(rig_nic_close(sn), 0);
+	cli_close(&h);
+}
+
+/* ---- 2. hostile clients -------------------------------------------------- */
+
+/*
+ * The frame of each attack: children forked first, the server started,
+ * a warm-up round (librdmacm opens the device for good on first use),
+ * then the fds and memory marked. After the attack and the children's
+ * end, the server must hold no connection, have accepted the honest
+ * clients only, and be back at its fds and memory.
+ */
+struct attack {
+	struct srv s;
+	struct cli h;
+	struct kid kids[8];	/* kid i names queue pairs below 0xffffff - 4096 i */
+	int nkids;
+	struct mark before;
+	int honest;
+};
+
+static void attack_fork(struct attack *a, uint16_t port, const enum kmode *modes, int n)
+{
+	int i;
+
+	memset(a, 0, sizeof(*a));
+	t_child_report();
+	for (i = 0; i < n; i++)
+		kid_fork(&a->kids[i], i, modes[i], port);
+	a->nkids = n;
+}
+
+static void attack_ready(struct attack *a, uint16_t port, bool tick)
+{
+	srv_start(&a->s, port, tick);
+	cli_open(&a->h);
+	cli_round(&a->h, port, 2, false);
+	a->honest = 2;
+	wait_server_empty(&a->s, t_now_ms() + 10000, "after the warm-up");
+	mark(&a->before);
+}
+
+/* Lets the children loose one after another, each once the one before
+ * reached its step (a half-open connection each, or its flood out). */
+static void attack_launch(struct attack *a)
+{
+	int i;
+
+	for (i = 0; i < a->nkids; i++)
+		kid_launch(&a->kids[i]);
+}
+
+static void attack_end(struct attack *a, const char *what)
+{
+	struct mark after;
+	double t0, t;
+	int i;
+
+	for (i = 0; i < a->nkids; i++)
+		kid_reap(&a->kids[i]);
+	/* The children that lived have seen the REJ of every request they
+	 * kept: what is left are honest clients leaving, and what killed
+	 * ones left, dropped by RIG_CM_HALF_OPEN_MS after the kill. */
+	t0 = t_now_ms();
+	t = wait_server_empty(&a->s, t0 + RIG_CM_HALF_OPEN_MS + MARGIN_MS, what);
+	cr_log_info("%s: the server held no connection %.0f ms after the children ended",
+		    what, t - t0);
+	srv_check(&a->s);
+	cr_assert_eq(SRV_COUNT(&a->s, accepted), a->honest,
+		     "%s: the server accepted %d connections, %d of them honest", what,
+		     SRV_COUNT(&a->s, accepted), a->honest);
+	cr_assert_eq(SRV_COUNT(&a->s, echoed), a->honest);
+	/* The honest clients have left; the server heard it of each. */
+	while (SRV_COUNT(&a->s, gone) < a->honest) {
+		srv_check(&a->s);
+		cr_assert_lt(t_now_ms() - t0, 10000.0, "%s: %d of %d leavings heard", what,
+			     SRV_COUNT(&a->s, gone), a->honest);
+		usleep(1000);
+	}
+	mark(&after);
+	assert_flat(what, &a->before, &after);
+}
+
+/* The children's pipes close last: the marks count them. */
+static void attack_close(struct attack *a, bool joined)
+{
+	int i;
+
+	if (!joined)
+		srv_join(&a->s);
+	cli_close(&a->h);
+	srv_close(&a->s);
+	for (i = 0; i < a->nkids; i++) {
+		close(a->kids[i].go);
+		close(a->kids[i].from);
+	}
+}
+
+/* Honest clients during the attack. */
+static void attack_honest(struct attack *a, int n)
+{
+	double t0 = t_now_ms();
+	int refused = a->h.refused;
+
+	cli_round(&a->h, a->s.port, n, true);
+	a->honest += n;
+	cr_log_info("%d honest clients served in %.0f ms during the attack; %d dials shed, tried again",
+		    n, t_now_ms() - t0, a->h.refused - refused);
+}
+
+/*
+ * Clients that leave the handshake half-done at each step they can: one
+ * sends its request and then reads nothing; one reads the reply and never
+ * establishes; one is killed once its request is out, one once the reply
+ * came. The server drops each half-open connection after
+ * RIG_CM_HALF_OPEN_MS (the stalled clients see its REJ no sooner than
+ * that after their request, and within the margin after the reply), or at
+ * once when the killed client's rdma_cm rejects as its process goes;
+ * never hands one out; and serves honest clients meanwhile.
+ */
+Test(conn, half_open_handshakes_are_dropped_within_the_bound, .timeout = 120)
+{
+	static const enum kmode modes[] = { K_STALL_UNREAD, K_STALL_REPLY, K_KILL_REQUEST,
+					    K_KILL_REPLY };
+	const uint16_t port = 18610;
+	static struct attack a;	/* static: its threads outlive a failed assert */
+	double last, t;
+
+	attack_fork(&a, port, modes, 4);
+	attack_ready(&a, port, false);
+	attack_launch(&a);
+	attack_honest(&a, 8);
+	/* The last kill came after every other request got its reply. */
+	last = a.kids[3].t_kill;
+	t = wait_server_empty(&a.s, last + RIG_CM_HALF_OPEN_MS + MARGIN_MS, "half-open");
+	cr_log_info("half-open: the server held no connection %.0f ms after the last kill",
+		    t - last);
+	attack_end(&a, "half-open");
+	attack_close(&a, false);
+}
+
+/* FLOOD requests at once on one channel, all stalled. */
+Test(conn, flood_of_stalled_requests, .timeout = 180)
+{
+	static const enum kmode modes[] = { K_FLOOD };
+	const uint16_t port = 18612;
+	static struct attack a;	/* static: its threads outlive a failed assert */
+
+	attack_fork(&a, port, modes, 1);
+	attack_ready(&a, port, false);
+	attack_launch(&a);
+	attack_honest(&a, 8);
+	attack_end(&a, "flood");
+	attack_close(&a, false);
+}
+
+/* Garbage in the private data: each request rejected, the loop goes on. */
+Test(conn, garbage_private_data_is_rejected, .timeout = 120)
+{
+	static const enum kmode modes[] = { K_GARBAGE };
+	const uint16_t port = 18613;
+	static struct attack a;	/* static: its threads outlive a failed assert */
+
+	attack_fork(&a, port, modes, 1);
+	attack_ready(&a, port, false);
+	attack_launch(&a);
+	attack_honest(&a, 8);
+	attack_end(&a, "garbage");
+	attack_close(&a, false);
+}
+
+/* ---- 3. the tick gap ----------------------------------------------------- */
+
+static void log_gaps(const char *what, struct gaps *g)
+{
+	struct gap_stats st = gaps_stats(g);
+
+	if (!g->ms)
+		return;
+	cr_log_info("%s: %d gaps between %d ms ticks: p50 %.2f ms, p99 %.2f ms, max %.2f ms",
+		    what, st.n, TICK_MS, st.p50, st.p99, st.max);
+	fprintf(stderr, "test_conn: %s: %d gaps between %d ms ticks: p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
+		what, st.n, TICK_MS, st.p50, st.p99, st.max);
+}
+
+/* The tick test's loops, at file scope: its fini reads their gaps even
+ * after a failed assertion, while they may still run. */
+static struct attack tick_a;
+static struct ctl tick_c;
+
+static void tick_report(void)
+{
+	static const char *const kind[] = { "RING", "ACCEPTED", "DIALED", "GONE" };
+	struct srv *s = &tick_a.s;
+
+	log_gaps("rig's server loop, under attack", &s->gaps);
+	log_gaps("control loop, no rig work, same run", &tick_c.gaps);
+	if (!s->gaps.ms)
+		return;
+	cr_log_info("server loop: longest rig_uring_handle() %.1f ms, rig_qp_destroy() %.1f ms; longest own work on one piece of news %.1f ms (%s)",
+		    s->handle_max_ms, s->destroy_max_ms, s->news_max_ms,
+		    kind[s->news_max_kind & 3]);
+	fprintf(stderr, "test_conn: server loop: longest rig_uring_handle() %.1f ms, rig_qp_destroy() %.1f ms; longest own work on one piece of news %.1f ms (%s)\n",
+		s->handle_max_ms, s->destroy_max_ms, s->news_max_ms, kind[s->news_max_kind & 3]);
+}
+
+/*
+ * The server loop ticks every millisecond while it accepts HONEST clients
+ * and every hostile client above attacks at once. Every honest client is
+ * served, and no gap between ticks reaches GAP_MAX_MS beyond the longest
+ * gap of a loop beside it that only ticks: the control, what the machine
+ * itself costs (a busy host stalls any loop; that is not rig's).
+ */
+Test(conn, tick_gap_under_attack, .timeout = 240, .fini = tick_report)
+{
+	static const enum kmode modes[] = { K_GARBAGE, K_STALL_UNREAD, K_STALL_REPLY,
+					    K_KILL_REQUEST, K_KILL_REPLY, K_FLOOD };
+	const uint16_t port = 18620;
+	struct attack *a = &tick_a;
+	struct gap_stats rig, ctl;
+
+	attack_fork(a, port, modes, 6);
+	ctl_start(&tick_c);	/* before the marks: its fds and gaps stay */
+	attack_ready(a, port, true);
+	attack_launch(a);
+	attack_honest(a, HONEST);
+	attack_end(a, "every attack, and honest clients");
+	srv_join(&a->s);
+	ctl_join(&tick_c);
+	rig = gaps_stats(&a->s.gaps);
+	ctl = gaps_stats(&tick_c.gaps);
+	cr_assert_gt(rig.n, 1000, "the server ticked %d times", rig.n);
+	/* rig's share of the longest gap: what the machine itself stalled a
+	 * loop that does nothing (the control, same run) is not rig's. */
+	cr_assert_lt(rig.max, GAP_MAX_MS + ctl.max,
+		     "the server loop went %.1f ms between ticks (p99 %.2f ms); the control loop's longest gap was %.1f ms (p99 %.2f ms)",
+		     rig.max, rig.p99, ctl.max, ctl.p99);
+	attack_close(a, true);
+}
