@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The endpoint's 30-byte wire form (SPEC M2), and the rdma_cm private data
+ * The endpoint's 30-byte wire form (rig(7) M2), and the rdma_cm private data
  * that carries it (a tag, then the wire form). Their input is untrusted;
  * tests/fuzz_cm_parse.c fuzzes both parsers.
  */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* rig_errmsg(): one message per thread for its last failed call (SPEC C1). */
+/* rig_errmsg(): one message per thread for its last failed call (rig(7) C1). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>

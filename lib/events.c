@@ -15,7 +15,7 @@
  * its cm_lock the rdma_cm reads and the connections' steps. Order: cm_lock,
  * then the NIC's lock, then a loop's lock.
  *
- * Async events (SPEC F1, F6) may be read by any thread, while each queue
+ * Async events (rig(7) F1, F6) may be read by any thread, while each queue
  * pair belongs to its owner's thread (C3), so a failure from outside the
  * rings is only recorded, with RIG__EVENT set; the owner's next poll
  * applies it (ring.c).

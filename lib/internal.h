@@ -175,7 +175,7 @@ struct rig__qp {
 	struct rig_endpoint self;
 	struct rig__list link;		/* in nic->qps */
 	/* The failure record: the first failure, kept for every later
-	 * completion of both rings (SPEC F3). */
+	 * completion of both rings (rig(7) F3). */
 	enum rig__cause cause;
 	int error;
 	const char *why;
@@ -206,7 +206,7 @@ void rig__regions_free(struct rig_nic *nic);
 /* nic.c: makes @fd non-blocking; 0 or -errno, with @what in the message. */
 int rig__set_nonblock(int fd, const char *what);
 
-/* ring.c: records @qp's first failure (SPEC F3); later ones change nothing. */
+/* ring.c: records @qp's first failure (rig(7) F3); later ones do not. */
 void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 		    const char *why, int wc_status);
 

@@ -19,7 +19,7 @@
 #define RIG_RXE_VENDOR_ID 0xffffff
 
 /*
- * The one place that handles a device quirk of SPEC M3. The IBTA makes
+ * The one place that handles a device quirk of rig(7) M3. The IBTA makes
  * retry count 7 mean seven retries; Soft-RoCE (Linux 6.1, rxe_comp.c) never
  * decrements a count of 7, so a send to a dead peer would hang forever.
  * There 6 gives a failure after 7 x 67 ms. Soft-RoCE also counts RNR waits

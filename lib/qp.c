@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Making, connecting and destroying queue pairs (SPEC M1-M5, D1-D2).
+ * Making, connecting and destroying queue pairs (rig(7) M1-M5, D1-D2).
  *
  * A queue pair is made in a loop, whose completion channel takes its CQs'
  * events for its life (events.c). It knows nothing of how its peer was
@@ -129,7 +129,7 @@ RIG_EXPORT void rig_qp_endpoint(const struct rig_qp *qp, struct rig_endpoint *ou
 }
 
 /*
- * SPEC M4: a queue pair serves its peer's reads only when the peer is one
+ * rig(7) M4: a queue pair serves its peer's reads only when the peer is one
  * of this NIC handle's own queue pairs (itself included). A GID says which
  * device the peer is on, not which process: another process on this host
  * shares the device and the GID, and must never read our regions.

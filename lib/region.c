@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Regions. A region's handle outlives its registration (SPEC P5): the
+ * Regions. A region's handle outlives its registration (rig(7) P5): the
  * inline post code reads pub.nic, which deregister clears, so the memory
  * behind a handle must stay readable until the NIC closes, and no handle
  * may be given out twice, or a stale one would name a live region.
@@ -103,8 +103,8 @@ RIG_EXPORT __cold int rig_region_register(struct rig_nic *nic, void *addr,
 	if (!nic || !addr || !len || !out)
 		return rig__fail(EINVAL, "rig_region_register: %s",
 				 !len ? "empty range" : "NULL argument");
-	/* Remote read serves a local peer's reads (SPEC M4); queue pairs facing
-	 * any other peer grant no remote access, so it opens nothing to them. */
+	/* Remote read serves a local peer's reads (rig(7) M4); queue pairs
+	 * facing any other peer grant no remote access, so it opens nothing to them. */
 	mr = ibv_reg_mr(nic->pd, addr, len,
 			IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
 	if (!mr) {

@@ -4,7 +4,7 @@
  * queue pair, and every completion that is not a plain success. The bottom
  * layer: it calls no other file of the library (README, "How it is built").
  *
- * The failure model (SPEC F1-F6). A queue pair keeps one failure record,
+ * The failure model (rig(7) F1-F6). A queue pair keeps one failure record,
  * the first failure's error and reason. rxe and real NICs report one
  * failure as an error completion on one ring and bare flushes everywhere
  * else, and some entries (a receive posted after the QP went to ERR, or

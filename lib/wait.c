@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Waiting for completions (SPEC T2) on the queue pair's loop's channel.
+ * Waiting for completions (rig(7) T2) on the queue pair's loop's channel.
  *
  * The sequence that loses no wakeup: poll, arm the CQ, poll again, then
  * sleep on the channel fd. The channel is shared by every queue pair of

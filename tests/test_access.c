@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Who may touch this process's memory (SPEC M4), and what a region's
+ * Who may touch this process's memory (rig(7) M4), and what a region's
  * handle costs once deregistered (P5), on the device under test, one host.
  *
  * Every region is registered with remote read, so that a queue pair of

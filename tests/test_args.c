@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Argument checks that need no device (SPEC C1, C2). */
+/* Argument checks that need no device (rig(7) C1, C2). */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <string.h>

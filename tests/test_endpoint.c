@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The endpoint's 30-byte wire form (SPEC M2). Needs no device. */
+/* The endpoint's 30-byte wire form (rig(7) M2). Needs no device. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <string.h>

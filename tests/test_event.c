@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Async events (SPEC F1, F6).
+ * Async events (rig(7) F1, F6).
  *
  * Soft-RoCE raises no async event for any queue-pair failure and no
  * DEVICE_FATAL at all (its device removal blocks until every context is

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Failure on one device: queue pairs on the device under test, connected to
- * each other (SPEC P4, F3, F5, F6, M3, D1, D2). Each test names the rules it
+ * each other (rig(7) P4, F3, F5, F6, M3, D1, D2). Each test names the rules it
  * proves.
  *
  * The failure used throughout is a send longer than the peer's receive
@@ -408,7 +408,7 @@ Test(fail, F6_quiet_receive_ring_gets_the_failure, .init = pair_setup,
  * the send waits (its ring polls empty the whole time: a dozen RNR
  * resends, 8 ms apart on Soft-RoCE) and then succeeds, its bytes intact.
  * 100 ms, not more: Soft-RoCE counts an RNR wait against the transport
- * retries and so caps it at ~475 ms (SPEC M3), and on a busy machine the
+ * retries and so caps it at ~475 ms (rig(7) M3), and on a busy machine the
  * receive may be posted well after the 100 ms.
  */
 Test(fail, M3_rnr_send_100ms_before_receive_succeeds, .init = pair_setup,

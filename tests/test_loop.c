@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Queue-pair completions in the application's own io_uring, beside a
- * timer: rig_uring_watch / rig_uring_handle (include/rig/wait.h).
+ * timer: rig_uring_watch / rig_uring_handle (include/rig/loop.h).
  */
 #include <criterion/criterion.h>
 #include <liburing.h>

@@ -62,7 +62,7 @@
 #define HASH 512		/* queue pair -> end, per thread */
 
 /* Four loops of busy queue pairs would exceed the load the test bed
- * carries with another test beside them (DESIGN-NOTES: load limit): run
+ * carries with another test beside them: run
  * the tests one at a time (an explicit --jobs still wins). */
 __attribute__((constructor)) static void run_serially(void)
 {

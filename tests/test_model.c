@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A randomised model test on the device (SPEC Q1-Q3, P1-P4, T1, T2, F3, F5,
+ * A randomised model test on the device (rig(7) Q1-Q3, P1-P4, T1, T2, F3, F5,
  * F6, D1). Sixteen queue pairs, eight connected pairs (in the two-host
  * topology four of them across rxe0 <-> rxe1), take a seeded random mix of
  * posts (single and batched sends, receives, reads between queue pairs of

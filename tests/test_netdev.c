@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The real device loses its netdev (SPEC F1, F6). On Soft-RoCE,
+ * The real device loses its netdev (rig(7) F1, F6). On Soft-RoCE,
  * `ip link del` of the netdev under rxe0 blocks until every context on
  * the device is closed, and raises no DEVICE_FATAL: the only signs are a
  * GID_CHANGE event and the next send failing at once with a local error.

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The queue pair on one device: rings, messages, loopback, polling and the
- * caller's mistakes (SPEC Q, M1-M5, P, T1, T3, D1). Failures are in
+ * caller's mistakes (rig(7) Q, M1-M5, P, T1, T3, D1). Failures are in
  * test_fail.c, the two-host rules in test_remote.c.
  */
 #include <arpa/inet.h>

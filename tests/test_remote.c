@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Queue pairs across two hosts (SPEC P1, M3, M4, M5, F1, F3, F5), run only
+ * Queue pairs across two hosts (rig(7) P1, M3, M4, M5, F1, F3, F5), run only
  * in the two-host topology of `tests/rxe-vm --two-hosts`: rxe0 on veth0 and
  * rxe1 on veth1, so every packet between them crosses the veth. The rig
  * side is always on rxe0 ($RIG_TEST_DEV); its peer, a rig queue pair or a

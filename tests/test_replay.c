@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The failure model replayed on the host (SPEC Q1, Q2, T1, F1-F6): the
+ * The failure model replayed on the host (rig(7) Q1, Q2, T1, F1-F6): the
  * library's own post and poll code (rig/qp.h's inline hot path and
  * lib/ring.c) runs against a fake NIC (tests/fake_verbs.c) whose CQEs each
  * test writes one by one, in every order a NIC may write them, and whose

@@ -2,7 +2,7 @@
 /*
  * Peers that vanish (include/rig/cm.h). On a connection made by address,
  * when the peer leaves, rdma_cm's DISCONNECTED fails the queue pair at
- * once, as an async event does (SPEC F1, F6): every due entry of both
+ * once, as an async event does (rig(7) F1, F6): every due entry of both
  * rings completes with -ECONNRESET, in ring order; rig_qp_failure() gives
  * -ECONNRESET; the loop hands out RIG_NEWS_GONE with -ECONNRESET, with no
  * poll by the application. A queue pair with only receives posted learns

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
-/* rig_qp_wait on the device (SPEC T2). */
+/* rig_qp_wait on the device (rig(7) T2). */
 #include <criterion/criterion.h>
 #include <linux/audit.h>
 #include <linux/filter.h>

@@ -5,14 +5,14 @@
  * Connecting by address, with librdmacm. The two sides exchange their
  * endpoints (the 30-byte wire form, after a 4-byte tag) in the connection
  * manager's private data and connect with rig_qp_connect(), so the queue
- * pairs follow exactly the rules of SPEC M3 and M4. The peer's private
+ * pairs follow exactly the rules of rig(7) M3 and M4. The peer's private
  * data is untrusted: rig_cm_parse() checks it.
  *
  * A connection owns its queue pair: rig_qp_destroy() disconnects it.
  * While it lives, its loop watches it: when the peer leaves (its process
  * exits or is killed, it destroys its queue pair or closes its NIC), the
  * queue pair fails at once with -ECONNRESET, as an async event fails it
- * (SPEC F1, F6), and the loop hands out RIG_NEWS_GONE. Queue pairs
+ * (rig(7) F1, F6), and the loop hands out RIG_NEWS_GONE. Queue pairs
  * connected by exchanging endpoints some other way learn it only from the
  * transport's retries, and only when they send.
  *

@@ -30,7 +30,7 @@ void rig_endpoint_pack(const struct rig_endpoint *e,
  * rig_endpoint_unpack - read an endpoint from untrusted bytes
  *
  * Returns 0, or -EINVAL (and leaves *e untouched) when @len is not
- * RIG_ENDPOINT_WIRE or qp or psn do not fit in 24 bits (SPEC M2).
+ * RIG_ENDPOINT_WIRE or qp or psn do not fit in 24 bits (rig(7) M2).
  */
 int rig_endpoint_unpack(const void *buf, size_t len, struct rig_endpoint *e);
 

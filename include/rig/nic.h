@@ -35,7 +35,7 @@ int rig_nic_close(struct rig_nic *nic);
  * rig_nic_events - apply the NIC's pending async events, without blocking
  *
  * QP_FATAL, QP_REQ_ERR and QP_ACCESS_ERR fail their queue pair; DEVICE_FATAL
- * fails every queue pair of the NIC (SPEC F1, F6). rig_qp_wait and the loop
+ * fails every queue pair of the NIC (rig(7) F1, F6). rig_qp_wait and the loop
  * integration call it; an application that only polls calls it from time
  * to time. Returns how many events it took, or -errno.
  */

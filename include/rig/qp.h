@@ -36,11 +36,11 @@ struct rig_nic;
 
 /*
  * Each ring keeps its own CQ, so its completions come in the order of its
- * entries (SPEC Q2), and 4096 slots indexed by sequence number & mask
+ * entries (rig(7) Q2), and 4096 slots indexed by sequence number & mask
  * (a % 4095 costs two dozen instructions a post). Entry s is due while
  * tail <= s < head; entries [tail, tail + ahead) already have their result
  * in their slot, taken from the CQ early (to find a failure reported on
- * the other ring) or filled in by the library (SPEC F6).
+ * the other ring) or filled in by the library (rig(7) F6).
  */
 #define RIG__SLOTS 4096u
 #define RIG__MASK (RIG__SLOTS - 1)
@@ -77,18 +77,18 @@ struct rig_qp {
 
 /**
  * rig_qp_make - make an unconnected queue pair whose sends start at a
- * random 24-bit PSN (SPEC M1)
+ * random 24-bit PSN (rig(7) M1)
  *
  * Returns 0 and sets *out, or -errno with rig_errmsg() naming the verbs call
  * the NIC refused; a failed make gives back all it took.
  */
 int rig_qp_make(struct rig_nic *nic, struct rig_qp **out);
 
-/** rig_qp_endpoint - what a peer needs to connect to @qp (SPEC M2) */
+/** rig_qp_endpoint - what a peer needs to connect to @qp (rig(7) M2) */
 void rig_qp_endpoint(const struct rig_qp *qp, struct rig_endpoint *out);
 
 /**
- * rig_qp_connect - connect @qp to @peer and make it ready to send (SPEC M3-M5)
+ * rig_qp_connect - connect @qp to @peer, ready to send (rig(7) M3-M5)
  *
  * RESET->INIT->RTR->RTS: local ACK timeout 14 (67 ms), 7 transport retries
  * (6 on Soft-RoCE, whose 7 means forever), infinite RNR retry. A peer that
@@ -103,7 +103,7 @@ void rig_qp_endpoint(const struct rig_qp *qp, struct rig_endpoint *out);
 int rig_qp_connect(struct rig_qp *qp, const struct rig_endpoint *peer);
 
 /**
- * rig_qp_destroy - destroy @qp and free its rings (SPEC D1, D2)
+ * rig_qp_destroy - destroy @qp and free its rings (rig(7) D1, D2)
  *
  * Once it returns 0 the NIC runs none of @qp's entries and writes no memory
  * for it. On a NIC refusal it returns -errno; the handle counts as destroyed
@@ -215,7 +215,7 @@ RIG_INLINE uint32_t rig__ring_used(const struct rig__ring *q)
 }
 
 /**
- * rig_qp_room - how many more entries the ring of @side takes (SPEC Q1)
+ * rig_qp_room - how many more entries the ring of @side takes (rig(7) Q1)
  *
  * A slot frees when poll or wait takes its completion, not when the NIC
  * completes it. Returns 0..RIG_RING_ENTRIES, or -EINVAL for a bad side.
@@ -228,7 +228,7 @@ RIG_INLINE int rig_qp_room(const struct rig_qp *qp, enum rig_side side)
 }
 
 /**
- * rig_qp_send - post the send of @n bytes at @at of @r to the peer (SPEC P1)
+ * rig_qp_send - post the send of @n bytes at @at of @r to the peer (rig(7) P1)
  *
  * Returns 0; -EINVAL if @qp is not connected, @r is not a live region of
  * @qp's NIC, the bytes do not lie in @r or @n is over the message limit;
@@ -269,7 +269,7 @@ RIG_INLINE int rig_qp_send(struct rig_qp *qp, const struct rig_region *r,
 
 /**
  * rig_qp_read - post, on the send ring, the read of @n bytes at @src_at of
- * @src into @dst_at of @dst; the peer serves it (SPEC P3)
+ * @src into @dst_at of @dst; the peer serves it (rig(7) P3)
  *
  * Returns as rig_qp_send() does, for both regions, and -EINVAL if the peer
  * is not a queue pair of @qp's NIC.
@@ -313,7 +313,7 @@ RIG_INLINE int rig_qp_read(struct rig_qp *qp, const struct rig_region *src,
 
 /**
  * rig_qp_receive - post a receive of up to @n bytes at @at of @r, filled by
- * the peer's next send (SPEC P4)
+ * the peer's next send (rig(7) P4)
  *
  * Returns as rig_qp_send() does, for the receive ring. A send longer than
  * @n fails this queue pair and the peer's.
@@ -346,7 +346,7 @@ RIG_INLINE int rig_qp_receive(struct rig_qp *qp, const struct rig_region *r,
 	return 0;
 }
 
-/* The kinds of completion each ring takes (SPEC F1): the send ring sends
+/* The kinds of completion each ring takes (rig(7) F1): the send ring sends
  * and reads, the receive ring plain sends, never immediate data. */
 RIG_INLINE int rig__wc_kind_ok(enum rig_side side, const struct ibv_wc *wc)
 {
@@ -358,7 +358,7 @@ RIG_INLINE int rig__wc_kind_ok(enum rig_side side, const struct ibv_wc *wc)
 
 /**
  * rig_qp_poll - take the completion of the oldest due entry of a ring
- * (SPEC T1, T3)
+ * (rig(7) T1, T3)
  *
  * Returns 1 and fills @c when that entry has completed; 0 when it has not or
  * no entry is due; -EINVAL for a bad side or a NULL @c. Makes no system

@@ -20,7 +20,7 @@ struct rig_nic;
  */
 struct rig_region {
 	/* read by inline code: ABI-frozen */
-	const struct rig_nic *nic;	/* NULL once deregistered (SPEC P5) */
+	const struct rig_nic *nic;	/* NULL once deregistered (P5) */
 	uint8_t *addr;
 	size_t len;
 	uint32_t lkey;
@@ -40,7 +40,7 @@ int rig_region_register(struct rig_nic *nic, void *addr, size_t len,
  * rig_region_deregister - deregister a region
  *
  * The handle stays safe to pass until its NIC closes: posts naming it are
- * refused with -EINVAL (SPEC P5). A second deregister returns -EINVAL.
+ * refused with -EINVAL (rig(7) P5). A second deregister returns -EINVAL.
  */
 int rig_region_deregister(struct rig_region *r);
 

@@ -16,7 +16,7 @@ extern "C" {
 
 /**
  * rig_qp_wait - rig_qp_poll() once the oldest due entry of @side has a
- * completion, waiting at most @us microseconds (SPEC T2)
+ * completion, waiting at most @us microseconds (rig(7) T2)
  *
  * Returns 1 with @c filled, 0 at the bound (the entry still due), or
  * -EINVAL if @us < 0 or no entry of @side is due.
