@@ -1,0 +1,925 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rig-echo-load: the load generator of rig-echo. It dials CONNS
+ * connections, then each connection ping-pongs MSGS messages of SIZE
+ * bytes, and every reply is checked byte for byte against what was sent.
+ *
+ *	rig-echo-load -d DEV -a ADDR -p PORT [-P PORTS] -c CONNS -s SIZE
+ *		      -n MSGS [-t THREADS] [-i MS] [-g] [-k]
+ *
+ * Connection i dials port PORT + i % PORTS (rig-echo's thread j listens on
+ * PORT + j) and is served by thread i % THREADS, which has a loop of its
+ * own (rig_loop_open()) and an io_uring of its own: it starts each dial
+ * with rig_loop_dial() and learns its outcome as RIG_NEWS_DIALED. A dial
+ * the server refused (its listener had as many handshakes under way as it
+ * takes) is tried again after a pause that doubles, as TCP tries a
+ * dropped SYN again, for 30 s from the first. The connection then posts a
+ * receive and waits for the server's greeting, an empty message the
+ * server sends once it has receives posted (see rig-echo.c), and from
+ * then on keeps one message in flight per connection: it posts the
+ * receive of the reply, fills message seq with a pattern drawn from the
+ * connection's identity (pid, i) and seq, sends it, and once the reply and
+ * the send's completion are both in, checks the reply and starts the next
+ * message (with -i, MS milliseconds later: an io_uring timeout). A message
+ * never leaves before the reply of the one before, so the server never
+ * needs more than one receive posted for us.
+ *
+ * With -g it prints "ready: ..." once the server greeted every connection
+ * and sends nothing before a SIGUSR1 (a signalfd in thread 0's ring, which
+ * wakes the other threads through an eventfd): a test can connect many
+ * processes first and load the server after.
+ *
+ * It prints "streaming: ..." once every connection has had a reply, then
+ * at the end perftest's latency columns (ib_send_lat's: half the round
+ * trip, over every message of every connection), and exits 0 only if
+ * every connection got every reply, each the same bytes as its message.
+ * With -k the connections never stop (and keep no latency samples): for
+ * tests that kill the process mid-stream.
+ *
+ * Build:
+ *	cc -O2 -pthread -o rig-echo-load rig-echo-load.c \
+ *		$(pkg-config --cflags --libs rig liburing)
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <liburing.h>
+#include <rig/rig.h>
+
+#define EL_THREADS_MAX 64
+#define EL_READY 64
+#define EL_URING_ENTRIES 64
+#define EL_BUCKETS 256
+#define EL_DIAL_US 30000000	/* a busy emulated guest connects slowly */
+#define EL_REDIAL_MS 20		/* the first pause after a refused dial */
+#define EL_REDIAL_MAX_MS 1000	/* doubling up to this */
+
+/* user_data of the SQEs: the kind, and for EL_NEXT and EL_REDIAL the
+ * connection's index in its thread */
+enum { EL_RIG = 1, EL_NEXT, EL_SIGNAL, EL_GO, EL_REDIAL };
+#define EL_DATA(kind, k) ((uint64_t)(k) << 8 | (kind))
+
+struct el_opts {
+	const char *dev;
+	const char *addr;
+	unsigned int port, ports;
+	unsigned int conns;
+	size_t size;
+	unsigned long long msgs;
+	unsigned int threads;
+	unsigned int interval_ms;
+	bool forever;
+	bool gate;
+};
+
+struct el_conn {
+	struct el_conn *next;		/* in its hash bucket */
+	unsigned int idx;
+	uint64_t id;			/* (pid, idx): what the pattern is drawn from */
+	struct rig_qp *qp;
+	struct rig_region *region;
+	uint8_t *buf;			/* [0, size): the message; then the reply */
+	uint32_t seq;			/* the message in flight */
+	unsigned long long done;	/* replies checked */
+	bool greeted;			/* the server's empty first message came */
+	bool reply_due, send_due;
+	bool ended;
+	uint32_t reply_bytes;
+	uint64_t t_sent, t_reply;	/* ns */
+	uint64_t dial_end;		/* ns: no dial starts after this */
+	unsigned int refused;		/* dials refused so far */
+	struct __kernel_timespec pause;	/* before the next dial */
+};
+
+struct el_load;
+
+struct el_thread {
+	struct el_load *l;
+	unsigned int idx;
+	pthread_t tid;
+	struct rig_loop *loop;
+	struct io_uring ring;
+	bool ring_up;
+	struct __kernel_timespec interval;
+	bool go;			/* -g: SIGUSR1 came */
+	struct el_conn **conn;		/* the thread's connections */
+	unsigned int nconns, ended;
+	struct el_conn *bucket[EL_BUCKETS];
+	uint8_t *want;			/* scratch: the expected reply */
+	uint64_t *lat;			/* half round trips, ns */
+	unsigned int seed;		/* of the redials' jitter */
+	size_t nlat;
+	int status;
+};
+
+struct el_load {
+	struct el_opts o;
+	struct rig_nic *nic;
+	atomic_uint greeted;		/* connections the server greeted */
+	atomic_uint streaming;		/* connections that had a reply */
+	atomic_uint failed;
+	atomic_uint refused;		/* dials refused, and tried again */
+	int signal_fd, go_fd;		/* -g: SIGUSR1, and the go every thread polls */
+	struct signalfd_siginfo siginfo;
+	struct el_thread th[EL_THREADS_MAX];
+};
+
+static int el_fail(const char *call, int ret)
+{
+	fprintf(stderr, "%s: %s (%s)\n", call, strerror(-ret), rig_errmsg());
+	return 1;
+}
+
+static uint64_t el_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* splitmix64: each message's bytes from (connection, seq) */
+static uint64_t el_mix(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static void el_pattern(uint8_t *p, size_t n, uint64_t id, uint32_t seq)
+{
+	uint64_t x = id * 0x2545f4914f6cdd1dull ^ seq, v;
+	size_t i;
+
+	for (i = 0; i < n; i += sizeof(v)) {
+		v = el_mix(&x);
+		memcpy(p + i, &v, n - i < sizeof(v) ? n - i : sizeof(v));
+	}
+}
+
+static unsigned int el_hash(const struct rig_qp *qp)
+{
+	uint64_t x = (uintptr_t)qp;
+
+	x ^= x >> 17;
+	x *= 0x9e3779b97f4a7c15ull;
+	return (unsigned int)(x >> 40) % EL_BUCKETS;
+}
+
+/* A free SQE, flushing the queue to the kernel if it is full. */
+static struct io_uring_sqe *el_sqe(struct el_thread *t, uint64_t data)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
+
+	if (!sqe) {
+		io_uring_submit(&t->ring);
+		sqe = io_uring_get_sqe(&t->ring);
+		if (!sqe) {
+			fprintf(stderr, "io_uring_get_sqe: the ring is full\n");
+			exit(1);
+		}
+	}
+	io_uring_sqe_set_data64(sqe, data);
+	return sqe;
+}
+
+static struct el_conn *el_find(struct el_thread *t, const struct rig_qp *qp)
+{
+	struct el_conn *c;
+
+	for (c = t->bucket[el_hash(qp)]; c; c = c->next)
+		if (c->qp == qp)
+			return c;
+	return NULL;
+}
+
+/* Ends @c: for good when it failed (the exit status says so). */
+static void el_end(struct el_thread *t, struct el_conn *c, bool failed)
+{
+	if (c->ended)
+		return;
+	c->ended = true;
+	if (failed)
+		atomic_fetch_add(&t->l->failed, 1);
+	t->ended++;
+}
+
+/* Ends @c for good, saying why: "[time] connection I message S: why" on
+ * stderr, the wall-clock time to compare with the server's lines. */
+static void __attribute__((format(printf, 3, 4)))
+el_conn_fail(struct el_thread *t, struct el_conn *c, const char *fmt, ...)
+{
+	char why[256];
+	struct timespec ts;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	fprintf(stderr, "[%lld.%06ld] connection %u message %u: %s\n",
+		(long long)ts.tv_sec, ts.tv_nsec / 1000, c->idx, c->seq, why);
+	el_end(t, c, true);
+}
+
+/* Posts the reply's receive, then message c->seq. */
+static int el_send_next(struct el_thread *t, struct el_conn *c)
+{
+	size_t size = t->l->o.size;
+	int ret;
+
+	ret = rig_qp_receive(c->qp, c->region, size, size);
+	if (ret)
+		return ret;
+	el_pattern(c->buf, size, c->id, c->seq);
+	c->t_sent = el_now_ns();
+	ret = rig_qp_send(c->qp, c->region, 0, size);
+	if (ret)
+		return ret;
+	c->reply_due = c->send_due = true;
+	return 0;
+}
+
+/* Starts @c's dial; its outcome comes as news (el_on_dialed). */
+static void el_dial(struct el_thread *t, struct el_conn *c)
+{
+	struct el_load *l = t->l;
+	uint64_t now = el_now_ns();
+	int64_t us = now < c->dial_end ? (int64_t)(c->dial_end - now) / 1000 : 0;
+	int ret;
+
+	ret = rig_loop_dial(t->loop, l->o.addr,
+			    (uint16_t)(l->o.port + c->idx % l->o.ports), us,
+			    c->idx);
+	if (ret)
+		el_conn_fail(t, c, "rig_loop_dial: %s (%s)", strerror(-ret),
+			     rig_errmsg());
+}
+
+/*
+ * A refused dial: the server's listener had as many handshakes under way
+ * as it takes (RIG_CM_HANDSHAKES). Like a TCP client whose SYN was
+ * dropped, try again after a pause that doubles, with some jitter, until
+ * the dial's bound.
+ */
+static bool el_redial(struct el_thread *t, struct el_conn *c)
+{
+	uint64_t ms = EL_REDIAL_MS << (c->refused < 6 ? c->refused : 6);
+
+	if (ms > EL_REDIAL_MAX_MS)
+		ms = EL_REDIAL_MAX_MS;
+	ms += (uint64_t)rand_r(&t->seed) % (ms / 2 + 1);
+	if (el_now_ns() + ms * 1000000 >= c->dial_end)
+		return false;
+	c->refused++;
+	atomic_fetch_add(&t->l->refused, 1);
+	c->pause.tv_sec = (long long)(ms / 1000);
+	c->pause.tv_nsec = (long long)(ms % 1000) * 1000000;
+	io_uring_prep_timeout(el_sqe(t, EL_DATA(EL_REDIAL,
+						c->idx / t->l->o.threads)),
+			      &c->pause, 0, 0);
+	return true;
+}
+
+static void el_on_dialed(struct el_thread *t, const struct rig_ready *r)
+{
+	struct el_load *l = t->l;
+	struct el_conn *c;
+	int ret;
+
+	if (r->cookie >= l->o.conns || r->cookie % l->o.threads != t->idx ||
+	    !(c = t->conn[r->cookie / l->o.threads])) {
+		fprintf(stderr, "a dial's outcome with an unknown cookie %llu\n",
+			(unsigned long long)r->cookie);
+		return;
+	}
+	if (r->result == -ECONNREFUSED && el_redial(t, c))
+		return;
+	if (r->result) {
+		/* the loop's thread made the steps: its last message may say
+		 * which one failed */
+		el_conn_fail(t, c, "dial %s port %u: %s (last rig error: %s)",
+			     l->o.addr, l->o.port + c->idx % l->o.ports,
+			     strerror(-r->result), rig_errmsg());
+		return;
+	}
+	c->qp = r->qp;
+	c->next = t->bucket[el_hash(c->qp)];
+	t->bucket[el_hash(c->qp)] = c;
+	ret = rig_region_register(l->nic, c->buf, 2 * l->o.size, &c->region);
+	if (ret) {
+		el_conn_fail(t, c, "rig_region_register: %s (%s)",
+			     strerror(-ret), rig_errmsg());
+		return;
+	}
+	/* the greeting's, into the reply's place */
+	ret = rig_qp_receive(c->qp, c->region, l->o.size, l->o.size);
+	if (ret)
+		el_conn_fail(t, c, "receive: %s", strerror(-ret));
+}
+
+/* The server's greeting: now it has receives posted for us. */
+static void el_on_greeting(struct el_thread *t, struct el_conn *c,
+			   uint32_t bytes)
+{
+	int ret;
+
+	if (bytes) {
+		el_conn_fail(t, c, "a greeting of %u bytes, not 0", bytes);
+		return;
+	}
+	c->greeted = true;
+	if (atomic_fetch_add(&t->l->greeted, 1) + 1 == t->l->o.conns)
+		printf("ready: all %u connections up, %u refused dials tried "
+		       "again\n", t->l->o.conns, atomic_load(&t->l->refused));
+	if (t->l->o.gate && !t->go)
+		return;		/* el_on_go starts it */
+	ret = el_send_next(t, c);
+	if (ret)
+		el_conn_fail(t, c, "post: %s", strerror(-ret));
+}
+
+/* Ends @c, saying where its reply first differs from its message. */
+static void el_mismatch(struct el_thread *t, struct el_conn *c, uint32_t bytes)
+{
+	const uint8_t *got = c->buf + t->l->o.size;
+	size_t k, n = bytes < t->l->o.size ? bytes : t->l->o.size;
+
+	for (k = 0; k < n && got[k] == t->want[k]; k++)
+		;
+	el_conn_fail(t, c, "a reply of %u bytes for %zu, first difference at "
+		     "byte %zu (want 0x%02x, got 0x%02x)", bytes, t->l->o.size,
+		     k, k < t->l->o.size ? t->want[k] : 0,
+		     k < bytes ? got[k] : 0);
+}
+
+/* The reply and the send's completion are both in: check, go on. */
+static void el_round_trip(struct el_thread *t, struct el_conn *c)
+{
+	struct el_load *l = t->l;
+	unsigned int k;
+	int ret;
+
+	el_pattern(t->want, l->o.size, c->id, c->seq);
+	if (c->reply_bytes != l->o.size ||
+	    memcmp(c->buf + l->o.size, t->want, l->o.size)) {
+		el_mismatch(t, c, c->reply_bytes);
+		return;
+	}
+	if (!l->o.forever)
+		t->lat[t->nlat++] = (c->t_reply - c->t_sent) / 2;
+	if (c->done++ == 0 &&
+	    atomic_fetch_add(&l->streaming, 1) + 1 == l->o.conns)
+		printf("streaming: all %u connections had a reply\n", l->o.conns);
+	if (!l->o.forever && c->done == l->o.msgs) {
+		el_end(t, c, false);
+		return;
+	}
+	c->seq++;
+	if (l->o.interval_ms) {
+		/* the next message once the interval is over: el_on_next */
+		k = c->idx / l->o.threads;
+		io_uring_prep_timeout(el_sqe(t, EL_DATA(EL_NEXT, k)),
+				      &t->interval, 0, 0);
+		return;
+	}
+	ret = el_send_next(t, c);
+	if (ret)
+		el_conn_fail(t, c, "post: %s", strerror(-ret));
+}
+
+/* A connection's interval is over: its next message. */
+static void el_on_next(struct el_thread *t, uint64_t k, int res)
+{
+	struct el_conn *c;
+	int ret;
+
+	if (k >= t->nconns) {
+		fprintf(stderr, "a timeout for no connection (%llu)\n",
+			(unsigned long long)k);
+		return;
+	}
+	c = t->conn[k];
+	if (c->ended)
+		return;
+	if (res != -ETIME) {
+		el_conn_fail(t, c, "the pause's timeout: %s", strerror(-res));
+		return;
+	}
+	ret = el_send_next(t, c);
+	if (ret)
+		el_conn_fail(t, c, "post: %s", strerror(-ret));
+}
+
+/* Takes every completion a ring of @c has now. The send's completion may
+ * come after the reply (its acknowledgement travels apart), so the reply
+ * waits for it: the message's buffer is only reused once the send is done. */
+static void el_poll(struct el_thread *t, struct el_conn *c, enum rig_side side)
+{
+	struct rig_completion cp;
+	int ret;
+
+	while ((ret = rig_qp_poll(c->qp, side, &cp)) == 1) {
+		if (c->ended)
+			continue;
+		if (cp.error) {
+			el_conn_fail(t, c, "%s failed: %s (%d)",
+				     side == RIG_SEND ? "send" : "receive",
+				     cp.why, cp.error);
+			continue;
+		}
+		if (side == RIG_RECEIVE && !c->greeted) {
+			el_on_greeting(t, c, cp.bytes);
+			continue;
+		}
+		if (side == RIG_SEND) {
+			c->send_due = false;
+		} else {
+			c->t_reply = el_now_ns();
+			c->reply_bytes = cp.bytes;
+			c->reply_due = false;
+		}
+		if (!c->send_due && !c->reply_due)
+			el_round_trip(t, c);
+	}
+	if (ret < 0 && !c->ended)
+		el_conn_fail(t, c, "rig_qp_poll: %s", strerror(-ret));
+}
+
+static void el_on_news(struct el_thread *t, const struct rig_ready *r)
+{
+	struct el_conn *c;
+
+	if (r->news == RIG_NEWS_DIALED) {
+		el_on_dialed(t, r);
+		return;
+	}
+	c = el_find(t, r->qp);
+	if (!c) {
+		fprintf(stderr, "news %d for an unknown queue pair\n", r->news);
+		return;
+	}
+	if (r->news == RIG_NEWS_GONE) {
+		if (!c->ended)
+			el_conn_fail(t, c, "the server left: %s (%d)",
+				     strerror(-r->result), r->result);
+		/* take what the rings report; nothing more is posted */
+		el_poll(t, c, RIG_RECEIVE);
+		el_poll(t, c, RIG_SEND);
+		return;
+	}
+	if (r->news == RIG_NEWS_RING)
+		el_poll(t, c, r->side);
+}
+
+/* -g: SIGUSR1 came (thread 0 read it): every thread goes. */
+static void el_on_signal(struct el_thread *t, int res)
+{
+	uint64_t one = 1;
+
+	if (res != sizeof(t->l->siginfo)) {
+		fprintf(stderr, "read from the signalfd: %s\n",
+			strerror(res < 0 ? -res : EIO));
+		exit(1);
+	}
+	if (write(t->l->go_fd, &one, sizeof(one)) != sizeof(one)) {
+		fprintf(stderr, "write to the go eventfd: %s\n", strerror(errno));
+		exit(1);
+	}
+}
+
+/* The go: the connections greeted so far send their first message. */
+static void el_on_go(struct el_thread *t)
+{
+	struct el_conn *c;
+	unsigned int k;
+	int ret;
+
+	t->go = true;
+	for (k = 0; k < t->nconns; k++) {
+		c = t->conn[k];
+		if (c->ended || !c->greeted)
+			continue;
+		ret = el_send_next(t, c);
+		if (ret)
+			el_conn_fail(t, c, "post: %s", strerror(-ret));
+	}
+}
+
+static int el_on_rig(struct el_thread *t, const struct io_uring_cqe *cqe)
+{
+	struct rig_ready ready[EL_READY];
+	int i, n;
+
+	do {
+		n = rig_uring_handle(&t->ring, t->loop, cqe, ready, EL_READY);
+		if (n < 0)
+			return el_fail("rig_uring_handle", n);
+		for (i = 0; i < n; i++)
+			el_on_news(t, &ready[i]);
+		cqe = NULL;	/* more than EL_READY: ask for the rest */
+	} while (n == EL_READY);
+	return 0;
+}
+
+/* Until every connection of the thread ended. */
+static int el_loop(struct el_thread *t)
+{
+	struct io_uring_cqe *cqe;
+	unsigned int head, seen;
+	int ret = 0;
+
+	/* thread 0 reads the go signal for all: it stays until it came */
+	while (t->ended < t->nconns ||
+	       (t->idx == 0 && t->l->o.gate && !t->go)) {
+		ret = io_uring_submit_and_wait(&t->ring, 1);
+		if (ret < 0 && ret != -EINTR) {
+			fprintf(stderr, "io_uring_submit_and_wait: %s\n",
+				strerror(-ret));
+			return 1;
+		}
+		ret = 0;
+		seen = 0;
+		io_uring_for_each_cqe(&t->ring, head, cqe) {
+			uint64_t data = io_uring_cqe_get_data64(cqe);
+
+			seen++;
+			if ((data & 0xff) == EL_NEXT) {
+				el_on_next(t, data >> 8, cqe->res);
+				continue;
+			}
+			if (data == EL_SIGNAL) {
+				el_on_signal(t, cqe->res);
+				continue;
+			}
+			if (data == EL_GO) {
+				el_on_go(t);
+				continue;
+			}
+			if ((data & 0xff) == EL_REDIAL) {
+				if ((data >> 8) < t->nconns &&
+				    !t->conn[data >> 8]->ended)
+					el_dial(t, t->conn[data >> 8]);
+				continue;
+			}
+			if (data != EL_RIG) {
+				fprintf(stderr, "a CQE of unknown kind\n");
+				ret = 1;
+				break;
+			}
+			ret = el_on_rig(t, cqe);
+			if (ret)
+				break;
+		}
+		io_uring_cq_advance(&t->ring, seen);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* The thread's connections: every THREADS-th from its index. */
+static int el_thread_setup(struct el_thread *t)
+{
+	struct el_load *l = t->l;
+	struct el_conn *c;
+	unsigned int i, k;
+	int ret;
+
+	t->seed = (unsigned int)getpid() * 31 + t->idx;
+	for (i = t->idx; i < l->o.conns; i += l->o.threads)
+		t->nconns++;
+	t->conn = calloc(t->nconns ? t->nconns : 1, sizeof(*t->conn));
+	t->want = malloc(l->o.size);
+	if (!l->o.forever)
+		t->lat = malloc((t->nconns ? t->nconns : 1) * l->o.msgs *
+				sizeof(*t->lat));
+	if (!t->conn || !t->want || (!l->o.forever && !t->lat)) {
+		fprintf(stderr, "no memory for %u connections\n", t->nconns);
+		return 1;
+	}
+	t->interval.tv_sec = l->o.interval_ms / 1000;
+	t->interval.tv_nsec = (long long)(l->o.interval_ms % 1000) * 1000000;
+	ret = io_uring_queue_init(EL_URING_ENTRIES, &t->ring, 0);
+	if (ret) {
+		fprintf(stderr, "io_uring_queue_init: %s\n", strerror(-ret));
+		return 1;
+	}
+	t->ring_up = true;
+	ret = rig_loop_open(l->nic, &t->loop);
+	if (ret)
+		return el_fail("rig_loop_open", ret);
+	ret = rig_uring_watch(&t->ring, t->loop, EL_RIG);
+	if (ret)
+		return el_fail("rig_uring_watch", ret);
+	if (l->o.gate) {
+		io_uring_prep_poll_add(el_sqe(t, EL_GO), l->go_fd, POLLIN);
+		if (t->idx == 0)
+			io_uring_prep_read(el_sqe(t, EL_SIGNAL), l->signal_fd,
+					   &l->siginfo, sizeof(l->siginfo), 0);
+	}
+	for (k = 0; k < t->nconns; k++) {
+		c = calloc(1, sizeof(*c));
+		if (!c || !(c->buf = malloc(2 * l->o.size))) {
+			free(c);
+			fprintf(stderr, "no memory for a connection\n");
+			return 1;
+		}
+		t->conn[k] = c;
+		c->idx = k * l->o.threads + t->idx;
+		c->id = (uint64_t)getpid() << 32 | c->idx;
+	}
+	for (k = 0; k < t->nconns; k++) {
+		c = t->conn[k];
+		c->dial_end = el_now_ns() + EL_DIAL_US * 1000ull;
+		el_dial(t, c);
+	}
+	return 0;
+}
+
+static int el_thread_teardown(struct el_thread *t)
+{
+	struct el_conn *c;
+	unsigned int k;
+	int ret, status = 0;
+
+	if (t->ring_up)
+		io_uring_queue_exit(&t->ring);
+	for (k = 0; t->conn && k < t->nconns; k++) {
+		c = t->conn[k];
+		if (!c)
+			continue;
+		if (c->qp && (ret = rig_qp_destroy(c->qp)))
+			status = el_fail("rig_qp_destroy", ret);
+		if (c->region && (ret = rig_region_deregister(c->region)))
+			status = el_fail("rig_region_deregister", ret);
+		free(c->buf);
+		free(c);
+	}
+	free(t->conn);
+	free(t->want);
+	if (t->loop && (ret = rig_loop_close(t->loop)))
+		status = el_fail("rig_loop_close", ret);
+	return status;
+}
+
+static void *el_thread_main(void *arg)
+{
+	struct el_thread *t = arg;
+
+	t->status = el_thread_setup(t);
+	if (!t->status)
+		t->status = el_loop(t);
+	if (el_thread_teardown(t))
+		t->status = 1;
+	return NULL;
+}
+
+/* ---- latency ----------------------------------------------------------- */
+
+static int el_cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The nearest-rank percentile @permille of @n sorted values, in usec. */
+static double el_percentile(const uint64_t *v, size_t n, unsigned int permille)
+{
+	size_t k = (n * permille + 999) / 1000;
+
+	return v[k ? k - 1 : 0] / 1000.0;
+}
+
+/* The square root, by Newton's method: no libm for one call. */
+static double el_sqrt(double x)
+{
+	double r = x > 1 ? x : 1;
+	int i;
+
+	if (x <= 0)
+		return 0;
+	for (i = 0; i < 200 && r * r - x > x * 1e-12; i++)
+		r = (r + x / r) / 2;
+	return r;
+}
+
+/* ib_send_lat's columns, over the half round trips of every thread. */
+static void el_print_latency(struct el_load *l)
+{
+	size_t n = 0, i;
+	uint64_t *v;
+	double sum = 0, var = 0, avg;
+	unsigned int k;
+
+	for (k = 0; k < l->o.threads; k++)
+		n += l->th[k].nlat;
+	if (!n)
+		return;
+	v = malloc(n * sizeof(*v));
+	if (!v)
+		return;
+	for (n = 0, k = 0; k < l->o.threads; k++) {
+		memcpy(v + n, l->th[k].lat, l->th[k].nlat * sizeof(*v));
+		n += l->th[k].nlat;
+	}
+	qsort(v, n, sizeof(*v), el_cmp_u64);
+	for (i = 0; i < n; i++)
+		sum += (double)v[i];
+	avg = sum / (double)n;
+	for (i = 0; i < n; i++)
+		var += ((double)v[i] - avg) * ((double)v[i] - avg);
+	printf(" %-7s %-11s %-14s %-14s %-16s %-14s %-15s %-22s %s\n",
+	       "#bytes", "#iterations", "t_min[usec]", "t_max[usec]",
+	       "t_typical[usec]", "t_avg[usec]", "t_stdev[usec]",
+	       "99% percentile[usec]", "99.9% percentile[usec]");
+	printf(" %-7zu %-11zu %-14.2f %-14.2f %-16.2f %-14.2f %-15.2f %-22.2f %.2f\n",
+	       l->o.size, n, v[0] / 1000.0, v[n - 1] / 1000.0,
+	       el_percentile(v, n, 500), avg / 1000.0,
+	       el_sqrt(var / (double)n) / 1000.0, el_percentile(v, n, 990),
+	       el_percentile(v, n, 999));
+	free(v);
+}
+
+/* ---- setup ------------------------------------------------------------- */
+
+static void el_usage(const char *argv0)
+{
+	fprintf(stderr,
+		"Usage: %s -d DEV -a ADDR -p PORT [-P PORTS] -c CONNS -s SIZE -n MSGS\n"
+		"          [-t THREADS] [-i MS] [-g] [-k]\n"
+		"  -d DEV      RDMA device (default: the first RoCE v2 device)\n"
+		"  -a ADDR     the server's address\n"
+		"  -p PORT     connection i dials PORT + i %% PORTS\n"
+		"  -P PORTS    ports the server listens on (rig-echo -t; default 1)\n"
+		"  -c CONNS    connections (default 1)\n"
+		"  -s SIZE     bytes per message (default 64)\n"
+		"  -n MSGS     round trips per connection (default 1000)\n"
+		"  -t THREADS  threads, each with its loop (default 1)\n"
+		"  -i MS       a pause between a reply and the next message (default 0)\n"
+		"  -g          once every connection is up, print \"ready: ...\" and\n"
+		"              send nothing before a SIGUSR1\n"
+		"  -k          never stop (until killed); no latency columns\n",
+		argv0);
+}
+
+static int el_number(const char *arg, unsigned long long min,
+		     unsigned long long max, unsigned long long *v)
+{
+	char *end;
+
+	errno = 0;
+	*v = strtoull(arg, &end, 0);
+	return errno || end == arg || *end || arg[0] == '-' || *v < min ||
+	       *v > max ? -1 : 0;
+}
+
+static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
+{
+	unsigned long long v;
+	int c;
+
+	while ((c = getopt(argc, argv, "d:a:p:P:c:s:n:t:i:gk")) != -1) {
+		if (c == 'd') {
+			o->dev = optarg;
+			continue;
+		}
+		if (c == 'a') {
+			o->addr = optarg;
+			continue;
+		}
+		if (c == 'k') {
+			o->forever = true;
+			continue;
+		}
+		if (c == 'g') {
+			o->gate = true;
+			continue;
+		}
+		if (c == '?')
+			return -1;
+		if (el_number(optarg, c == 'i' ? 0 : 1, c == 'n' ? 1ull << 32 :
+			      c == 's' ? 1u << 24 : c == 'i' ? 3600000 : 65535, &v))
+			return -1;
+		switch (c) {
+		case 'p': o->port = (unsigned int)v; break;
+		case 'P': o->ports = (unsigned int)v; break;
+		case 'c': o->conns = (unsigned int)v; break;
+		case 's': o->size = (size_t)v; break;
+		case 'n': o->msgs = v; break;
+		case 'i': o->interval_ms = (unsigned int)v; break;
+		case 't':
+			if (v > EL_THREADS_MAX)
+				return -1;
+			o->threads = (unsigned int)v;
+			break;
+		}
+	}
+	if (optind != argc || !o->addr || !o->port ||
+	    o->port + o->ports - 1 > 65535)
+		return -1;
+	return 0;
+}
+
+/* -g: SIGUSR1 through a signalfd, blocked before the threads start so
+ * that they inherit the mask; an eventfd that every thread polls. */
+static int el_gate(struct el_load *l)
+{
+	sigset_t mask;
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGUSR1);
+	if (sigprocmask(SIG_BLOCK, &mask, NULL) ||
+	    (l->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC)) < 0 ||
+	    (l->go_fd = eventfd(0, EFD_CLOEXEC)) < 0) {
+		fprintf(stderr, "the SIGUSR1 gate: %s\n", strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
+int main(int argc, char *argv[])
+{
+	struct el_opts o = { .ports = 1, .conns = 1, .size = 64, .msgs = 1000,
+			     .threads = 1 };
+	struct el_load *l;
+	unsigned int i;
+	int ret, status = 0;
+
+	if (el_parse_opts(argc, argv, &o)) {
+		el_usage(argv[0]);
+		return 1;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		fprintf(stderr, "no memory\n");
+		return 1;
+	}
+	l->o = o;
+	l->signal_fd = l->go_fd = -1;
+	if (o.gate && el_gate(l)) {
+		free(l);
+		return 1;
+	}
+	ret = rig_nic_open(o.dev, &l->nic);
+	if (ret) {
+		free(l);
+		return el_fail("rig_nic_open", ret);
+	}
+	for (i = 0; i < o.threads; i++) {
+		l->th[i].l = l;
+		l->th[i].idx = i;
+	}
+	for (i = 1; i < o.threads; i++) {
+		ret = pthread_create(&l->th[i].tid, NULL, el_thread_main,
+				     &l->th[i]);
+		if (ret) {
+			fprintf(stderr, "pthread_create: %s\n", strerror(ret));
+			exit(1);
+		}
+	}
+	el_thread_main(&l->th[0]);
+	for (i = 1; i < o.threads; i++)
+		pthread_join(l->th[i].tid, NULL);
+	for (i = 0; i < o.threads; i++)
+		status |= l->th[i].status;
+	if (atomic_load(&l->failed))
+		status = 1;
+	if (!status) {
+		el_print_latency(l);
+		printf("%u connections x %llu messages of %zu bytes: every reply "
+		       "matched\n", o.conns, o.msgs, o.size);
+	} else {
+		fprintf(stderr, "%u of %u connections failed\n",
+			atomic_load(&l->failed), o.conns);
+	}
+	for (i = 0; i < o.threads; i++)
+		free(l->th[i].lat);
+	ret = rig_nic_close(l->nic);
+	if (ret)
+		status = el_fail("rig_nic_close", ret);
+	if (l->signal_fd >= 0)
+		close(l->signal_fd);
+	if (l->go_fd >= 0)
+		close(l->go_fd);
+	free(l);
+	return status;
+}
