@@ -203,9 +203,6 @@ bool rig__events_take_cm(struct rig_loop *loop)
 	bool more = false;
 
 	pthread_mutex_lock(&loop->cm_lock);
-	if (read(loop->timer_fd, &expired, sizeof(expired)) == sizeof(expired) &&
-	    loop->cm_consumer)
-		loop->cm_consumer->tick(loop);
 	/* The consumer acks each event. */
 	while (ch && !rdma_get_cm_event(ch, &ev)) {
 		loop->cm_consumer->event(loop, ev);
@@ -214,6 +211,12 @@ bool rig__events_take_cm(struct rig_loop *loop)
 			break;
 		}
 	}
+	/* Deadlines only once the channel is read dry: a handshake whose
+	 * ESTABLISHED waits behind a burst of requests is not late. An
+	 * expired timer left unread keeps the loop's fd readable. */
+	if (!more && read(loop->timer_fd, &expired, sizeof(expired)) == sizeof(expired) &&
+	    loop->cm_consumer)
+		loop->cm_consumer->tick(loop);
 	pthread_mutex_unlock(&loop->cm_lock);
 	return more;
 }
