@@ -20,7 +20,6 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <rdma/rdma_cma.h>
 
 #include "internal.h"
@@ -81,37 +80,11 @@ struct conn {
 
 static const struct rig__cm_consumer consumer;
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000ll + ts.tv_nsec;
-}
-
 static int64_t deadline_after(int64_t us)
 {
 	if (us > INT64_MAX / 4000)
 		return INT64_MAX / 2;
-	return now_ns() + us * 1000;
-}
-
-/* A non-blocking event channel: every wait goes through a poller. */
-static int make_channel(struct rdma_event_channel **out)
-{
-	struct rdma_event_channel *ch = rdma_create_event_channel();
-	int ret;
-
-	if (!ch)
-		return rig__fail(errno ? errno : ENODEV, "rdma_create_event_channel: %s",
-				 strerror(errno ? errno : ENODEV));
-	ret = rig__set_nonblock(ch->fd, "the rdma_cm event channel");
-	if (ret) {
-		rdma_destroy_event_channel(ch);
-		return ret;
-	}
-	*out = ch;
-	return 0;
+	return rig__now_ns() + us * 1000;
 }
 
 static int to_sockaddr(const char *addr, uint16_t port, struct sockaddr_storage *ss)
@@ -427,7 +400,7 @@ static void accept_step(struct rig_listener *l, const struct cm_ev *ev)
 	c->id->context = c;
 	c->peer = peer;
 	c->state = CONN_ACCEPTING;
-	c->deadline = now_ns() + RIG_CM_HALF_OPEN_MS * 1000000ll;
+	c->deadline = rig__now_ns() + RIG_CM_HALF_OPEN_MS * 1000000ll;
 	rig__list_add(l->blocking ? &l->half_open : &loop->owned, &c->owned.link);
 	ret = rig_qp_make_in(loop, &qp);
 	if (ret)
@@ -537,12 +510,12 @@ static void conn_event(struct rig_loop *loop, struct rdma_cm_event *raw)
 /* The loop's timer fired: drop what is past its bound. cm_lock held. */
 static void conn_tick(struct rig_loop *loop)
 {
-	int64_t now = now_ns(), end = now + RIG_CM_TICK_BUDGET_NS;
+	int64_t now = rig__now_ns(), end = now + RIG_CM_TICK_BUDGET_NS;
 	struct rig__list *l, *next;
 
 	/* Dropping costs a queue pair's destroy each: a few per pass, and
 	 * the timer, set to a deadline already past, fires again at once. */
-	for (l = loop->owned.next; l != &loop->owned && now_ns() < end; l = next) {
+	for (l = loop->owned.next; l != &loop->owned && rig__now_ns() < end; l = next) {
 		struct conn *c = half_open(l);
 
 		next = l->next;
@@ -678,7 +651,7 @@ static int listen_on(struct rig_loop *loop, const char *addr, uint16_t port,
 	if (ret)
 		goto out_free;
 	if (blocking) {
-		ret = make_channel(&l->ch);
+		ret = rig__events_new_cm_channel(&l->ch);
 		if (ret)
 			goto out_free;
 	} else {
@@ -772,7 +745,7 @@ static int pump(struct rig_loop *loop, struct rdma_event_channel *ch, int64_t de
 		}
 		if (n)
 			return 0;
-		left = deadline - now_ns();
+		left = deadline - rig__now_ns();
 		if (left <= 0)
 			return rig__fail(ETIMEDOUT, "%s: no answer in time", step);
 		if (poll(&pfd, 1, (int)((left + 999999) / 1000000)) < 0 && errno != EINTR)
@@ -811,7 +784,7 @@ RIG_EXPORT __cold int rig_dial(struct rig_nic *nic, const char *addr, uint16_t p
 	c = conn_new(nic->own, true, 0);
 	if (!c)
 		return rig__fail(ENOMEM, "rig_dial: out of memory");
-	ret = make_channel(&ch);
+	ret = rig__events_new_cm_channel(&ch);
 	if (ret) {
 		free(c);
 		return ret;
@@ -865,7 +838,7 @@ RIG_EXPORT __cold int rig_accept(struct rig_listener *l, int64_t us, struct rig_
 	if (!l->blocking)
 		return rig__fail(EINVAL, "rig_accept: the listener's loop accepts for it");
 	for (;;) {
-		drop_late(l, now_ns());
+		drop_late(l, rig__now_ns());
 		if (l->accepted.next != &l->accepted) {
 			c = container_of(l->accepted.next, struct conn, owned.link);
 			rig__list_del(&c->owned.link);

@@ -24,7 +24,6 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <rdma/rdma_cma.h>
@@ -89,6 +88,24 @@ void rig__events_close(struct rig_loop *loop)
 		ibv_destroy_comp_channel(loop->channel);
 }
 
+int rig__events_new_cm_channel(struct rdma_event_channel **out)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	int ret;
+
+	if (!ch)
+		return rig__fail(errno ? errno : ENODEV, "rdma_create_event_channel: %s",
+				 strerror(errno ? errno : ENODEV));
+	/* Every wait on it goes through a poller. */
+	ret = rig__set_nonblock(ch->fd, "the rdma_cm event channel");
+	if (ret) {
+		rdma_destroy_event_channel(ch);
+		return ret;
+	}
+	*out = ch;
+	return 0;
+}
+
 int rig__events_cm_channel(struct rig_loop *loop,
 			   const struct rig__cm_consumer *consumer)
 {
@@ -97,13 +114,10 @@ int rig__events_cm_channel(struct rig_loop *loop,
 
 	if (loop->cm)
 		return 0;
-	ch = rdma_create_event_channel();
-	if (!ch)
-		return rig__fail(errno ? errno : ENODEV, "rdma_create_event_channel: %s",
-				 strerror(errno ? errno : ENODEV));
-	ret = rig__set_nonblock(ch->fd, "the rdma_cm event channel");
-	if (!ret)
-		ret = epoll_add(loop, ch->fd, RIG__SOURCE_CM);
+	ret = rig__events_new_cm_channel(&ch);
+	if (ret)
+		return ret;
+	ret = epoll_add(loop, ch->fd, RIG__SOURCE_CM);
 	if (ret) {
 		rdma_destroy_event_channel(ch);
 		return ret;
@@ -186,19 +200,11 @@ void rig__events_take(struct rig_loop *loop)
  */
 #define RIG_CM_BUDGET_NS 5000000
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000ll + ts.tv_nsec;
-}
-
 bool rig__events_take_cm(struct rig_loop *loop)
 {
 	struct rdma_event_channel *ch = __atomic_load_n(&loop->cm, __ATOMIC_ACQUIRE);
 	struct rdma_cm_event *ev;
-	int64_t end = now_ns() + RIG_CM_BUDGET_NS;
+	int64_t end = rig__now_ns() + RIG_CM_BUDGET_NS;
 	uint64_t expired;
 	bool more = false;
 
@@ -206,7 +212,7 @@ bool rig__events_take_cm(struct rig_loop *loop)
 	/* The consumer acks each event. */
 	while (ch && !rdma_get_cm_event(ch, &ev)) {
 		loop->cm_consumer->event(loop, ev);
-		if (now_ns() >= end) {
+		if (rig__now_ns() >= end) {
 			more = true;
 			break;
 		}

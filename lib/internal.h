@@ -7,6 +7,7 @@
  */
 #include <pthread.h>
 #include <stdbool.h>
+#include <time.h>
 
 #include <rig/rig.h>
 
@@ -16,6 +17,15 @@ struct rdma_event_channel;
 #define __cold __attribute__((cold, noinline))
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
+
+/* CLOCK_MONOTONIC in nanoseconds: every bound of the library. */
+static inline int64_t rig__now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
 
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
@@ -241,12 +251,13 @@ void rig__events_forget(struct rig__qp *qp, void (*destroy_cqs)(struct rig__qp *
 void rig__events_set_sleeper(struct rig__qp *qp, int side, struct rig__consumer *c);
 /* arms @loop's timer for @deadline_ns (CLOCK_MONOTONIC), 0 to disarm. */
 void rig__events_set_timer(struct rig_loop *loop, int64_t deadline_ns);
+/* a new non-blocking rdma_cm event channel; 0 or -errno. */
+int rig__events_new_cm_channel(struct rdma_event_channel **out);
 /* makes @loop's rdma_cm channel if it has none; 0 or -errno. */
 int rig__events_cm_channel(struct rig_loop *loop,
 			   const struct rig__cm_consumer *consumer);
 
-/* qp.c: makes a queue pair in @loop; destroys and frees one. */
-int rig__qp_make(struct rig_loop *loop, struct rig__qp **out);
+/* qp.c: destroys and frees a queue pair. */
 int rig__qp_free(struct rig__qp *qp);
 
 /* loop.c: queues @n for the application if it is not queued (the loop's

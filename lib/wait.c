@@ -19,7 +19,6 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -111,14 +110,6 @@ static int waiter_fail(int err, const char *step)
 	return rig__fail(err, "rig_qp_wait: io_uring %s: %s", step, strerror(err));
 }
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000ll + ts.tv_nsec;
-}
-
 /* What woke a sleep. */
 enum { WOKE_CHANNEL = 1 << 0, WOKE_EFD = 1 << 1, WOKE_ASYNC = 1 << 2,
        WOKE_CM = 1 << 3 };
@@ -206,14 +197,14 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 		return ret;
 
 	qp = rig__qp(pub);
-	deadline = us > INT64_MAX / 2000 ? INT64_MAX / 2 : now_ns() + us * 1000;
-	spin_end = now_ns() + RIG_WAIT_SPIN_NS;
+	deadline = us > INT64_MAX / 2000 ? INT64_MAX / 2 : rig__now_ns() + us * 1000;
+	spin_end = rig__now_ns() + RIG_WAIT_SPIN_NS;
 	if (spin_end > deadline)
 		spin_end = deadline;
-	while (now_ns() < spin_end)
+	while (rig__now_ns() < spin_end)
 		if ((ret = rig_qp_poll(pub, side, c)))
 			return ret;
-	if (now_ns() >= deadline)
+	if (rig__now_ns() >= deadline)
 		return 0;
 
 	ret = waiter_init();
@@ -229,7 +220,7 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 			break;
 		}
 		ret = rig_qp_poll(pub, side, c);
-		left = deadline - now_ns();
+		left = deadline - rig__now_ns();
 		if (ret || left <= 0)
 			break;
 		woke = ret = sleep_on(qp->loop, left);
@@ -248,7 +239,7 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 		/* Poll before arming again: the completion is most likely
 		 * there, and then the CQ stays unarmed. */
 		ret = rig_qp_poll(pub, side, c);
-		if (ret || deadline - now_ns() <= 0)
+		if (ret || deadline - rig__now_ns() <= 0)
 			break;
 	}
 	rig__events_set_sleeper(qp, side, NULL);
