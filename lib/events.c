@@ -217,12 +217,17 @@ bool rig__events_take_cm(struct rig_loop *loop)
 			break;
 		}
 	}
-	/* Deadlines only once the channel is read dry: a handshake whose
-	 * ESTABLISHED waits behind a burst of requests is not late. An
-	 * expired timer left unread keeps the loop's fd readable. */
-	if (!more && read(loop->timer_fd, &expired, sizeof(expired)) == sizeof(expired) &&
-	    loop->cm_consumer)
+	/* Deadlines once the channel is read dry: a handshake whose
+	 * ESTABLISHED waits behind a burst of requests is not late. But a
+	 * channel that never runs dry (a flood) must not starve them: after
+	 * RIG_CM_HALF_OPEN_MS without a pass, they run anyway. An expired
+	 * timer left unread keeps the loop's fd readable. */
+	if ((!more || rig__now_ns() - loop->cm_ticked >= RIG_CM_HALF_OPEN_MS * 1000000ll) &&
+	    read(loop->timer_fd, &expired, sizeof(expired)) == sizeof(expired) &&
+	    loop->cm_consumer) {
 		loop->cm_consumer->tick(loop);
+		loop->cm_ticked = rig__now_ns();
+	}
 	pthread_mutex_unlock(&loop->cm_lock);
 	return more;
 }

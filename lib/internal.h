@@ -138,6 +138,7 @@ struct rig_loop {
 	bool ready_signalled;
 	pthread_mutex_t lock;	/* channel reads, acks, sleepers, the news */
 	pthread_mutex_t cm_lock;	/* cm reads and the connections' steps */
+	int64_t cm_ticked;		/* the last deadline pass, under cm_lock */
 	struct rig__consumer *watcher;	/* loop.c's, from rig_loop_open */
 	const struct rig__cm_consumer *cm_consumer;	/* conn.c's */
 	/* loop.c, under the lock */
