@@ -276,6 +276,21 @@ struct rig_completion t_take(struct rig_qp *qp, enum rig_side side, int ms)
 	}
 }
 
+void t_exchange(struct rig_qp *from, struct rig_qp *to, struct t_buf *tx,
+		struct t_buf *rx, size_t n)
+{
+	struct rig_completion c;
+
+	cr_assert_eq(rig_qp_receive(to, rx->r, 0, rx->len), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_send(from, tx->r, 0, n), 0, "%s", rig_errmsg());
+	c = t_take(from, RIG_SEND, 5000);
+	cr_assert_eq(c.error, 0, "%s", c.why);
+	c = t_take(to, RIG_RECEIVE, 5000);
+	cr_assert_eq(c.error, 0, "%s", c.why);
+	cr_assert_eq(c.bytes, n);
+	cr_assert_arr_eq(rx->mem, tx->mem, n);
+}
+
 void t_sh(const char *fmt, ...)
 {
 	char cmd[512];

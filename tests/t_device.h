@@ -32,6 +32,10 @@ void t_buf(struct t_buf *b, struct rig_nic *nic, size_t len, unsigned seed);
 /* Polls @side until a completion comes or @ms pass; fails the test at
  * the bound. Returns the completion. */
 struct rig_completion t_take(struct rig_qp *qp, enum rig_side side, int ms);
+/* One message of @n bytes from @from's @tx to @to's @rx, both completions
+ * taken and the bytes checked. */
+void t_exchange(struct rig_qp *from, struct rig_qp *to, struct t_buf *tx,
+		struct t_buf *rx, size_t n);
 
 /* Takes a raw-verbs RC queue pair RESET->INIT->RTR->RTS towards a peer,
  * as any verbs program would: it may read, write and send, and grants

@@ -43,21 +43,6 @@ static const char *server_dev(void)
 	return t_peer_dev() ? t_peer_dev() : t_dev();
 }
 
-static void exchange(struct rig_qp *from, struct rig_qp *to, struct t_buf *tx,
-		     struct t_buf *rx, size_t n)
-{
-	struct rig_completion c;
-
-	cr_assert_eq(rig_qp_receive(to, rx->r, 0, rx->len), 0, "%s", rig_errmsg());
-	cr_assert_eq(rig_qp_send(from, tx->r, 0, n), 0, "%s", rig_errmsg());
-	c = t_take(from, RIG_SEND, 5000);
-	cr_assert_eq(c.error, 0, "%s", c.why);
-	c = t_take(to, RIG_RECEIVE, 5000);
-	cr_assert_eq(c.error, 0, "%s", c.why);
-	cr_assert_eq(c.bytes, n);
-	cr_assert_arr_eq(rx->mem, tx->mem, n);
-}
-
 /* M3, M4: a dialed and an accepted queue pair follow the same rules as
  * with rig_qp_connect: messages go both ways; reads only on one NIC. */
 Test(cm, M3_M4_dial_and_accept)
@@ -83,8 +68,8 @@ Test(cm, M3_M4_dial_and_accept)
 	t_buf(&crx, cn, 4096, 0);
 	t_buf(&stx, sn, 4096, 2);
 	t_buf(&srx, sn, 4096, 0);
-	exchange(qp, s.qp, &ctx, &srx, 4096);
-	exchange(s.qp, qp, &stx, &crx, 1000);
+	t_exchange(qp, s.qp, &ctx, &srx, 4096);
+	t_exchange(s.qp, qp, &stx, &crx, 1000);
 	if (t_peer_dev()) {
 		/* M4: the listener is on another NIC: no reads, either way. */
 		cr_assert_eq(rig_qp_read(qp, ctx.r, 0, crx.r, 0, 8), -EINVAL);

@@ -1402,21 +1402,6 @@ Test(conn, failed_dials_come_back_as_news_with_their_cookies, .timeout = 60)
 	rdma_destroy_event_channel(ch);
 }
 
-static void exchange(struct rig_qp *from, struct rig_qp *to, struct t_buf *tx,
-		     struct t_buf *rx, size_t n)
-{
-	struct rig_completion c;
-
-	cr_assert_eq(rig_qp_receive(to, rx->r, 0, rx->len), 0, "%s", rig_errmsg());
-	cr_assert_eq(rig_qp_send(from, tx->r, 0, n), 0, "%s", rig_errmsg());
-	c = t_take(from, RIG_SEND, 5000);
-	cr_assert_eq(c.error, 0, "%s", c.why);
-	c = t_take(to, RIG_RECEIVE, 5000);
-	cr_assert_eq(c.error, 0, "%s", c.why);
-	cr_assert_eq(c.bytes, n);
-	cr_assert_arr_eq(rx->mem, tx->mem, n);
-}
-
 struct acceptor {
 	struct rig_listener *l;
 	int ret;
@@ -1486,8 +1471,8 @@ Test(conn, blocking_dial_and_accept_meet_the_loop, .timeout = 120)
 	cr_assert_not_null(r.qp);
 	t_buf(&stx, sn, 4096, 4);
 	t_buf(&srx, sn, 4096, 0);
-	exchange(r.qp, a.qp, &ctx, &srx, MSG);
-	exchange(a.qp, r.qp, &stx, &crx, MSG);
+	t_exchange(r.qp, a.qp, &ctx, &srx, MSG);
+	t_exchange(a.qp, r.qp, &stx, &crx, MSG);
 	cr_assert_eq(rig_qp_destroy(r.qp), 0);
 	cr_assert_eq(rig_qp_destroy(a.qp), 0);
 	cr_assert_eq(rig_listener_close(a.l), 0);
