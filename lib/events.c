@@ -304,10 +304,44 @@ static void qp_event(struct rig_nic *nic, struct ibv_qp *ibqp, int error,
 	for (l = nic->qps.next; l != &nic->qps; l = l->next) {
 		struct rig__qp *qp = container_of(l, struct rig__qp, link);
 
-		if (!ibqp || qp->pub.ibqp == ibqp)
+		if (!ibqp || qp->pub.ibqp == ibqp) {
+			__atomic_add_fetch(&qp->async_events, 1, __ATOMIC_RELAXED);
 			rig__events_fail_qp(qp, error, why);
+		}
 	}
 	pthread_mutex_unlock(&nic->lock);
+}
+
+/* One line per async event: those that fail queue pairs as warnings. */
+static void log_event(const struct rig_nic *nic, const struct ibv_async_event *ev)
+{
+	switch (ev->event_type) {
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+		rig__log(RIG_LOG_WARN, "%s: async event %s on queue pair 0x%06x",
+			 nic->name, ibv_event_type_str(ev->event_type),
+			 ev->element.qp->qp_num);
+		break;
+	case IBV_EVENT_DEVICE_FATAL:
+		rig__log(RIG_LOG_WARN, "%s: async event %s: every queue pair fails",
+			 nic->name, ibv_event_type_str(ev->event_type));
+		break;
+	case IBV_EVENT_PORT_ACTIVE:
+	case IBV_EVENT_PORT_ERR:
+	case IBV_EVENT_LID_CHANGE:
+	case IBV_EVENT_PKEY_CHANGE:
+	case IBV_EVENT_GID_CHANGE:
+	case IBV_EVENT_SM_CHANGE:
+	case IBV_EVENT_CLIENT_REREGISTER:
+		rig__log(RIG_LOG_INFO, "%s: async event %s on port %d", nic->name,
+			 ibv_event_type_str(ev->event_type), ev->element.port_num);
+		break;
+	default:
+		rig__log(RIG_LOG_INFO, "%s: async event %s", nic->name,
+			 ibv_event_type_str(ev->event_type));
+		break;
+	}
 }
 
 int rig__events_async(struct rig_nic *nic)
@@ -317,6 +351,7 @@ int rig__events_async(struct rig_nic *nic)
 
 	while (!ibv_get_async_event(nic->ctx, &ev)) {
 		n++;
+		log_event(nic, &ev);
 		switch (ev.event_type) {
 		case IBV_EVENT_QP_FATAL:
 			qp_event(nic, ev.element.qp, EIO,

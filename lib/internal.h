@@ -74,6 +74,8 @@ struct rig_nic {
 	uint32_t msg_max;		/* min(2^31, max_msg_sz) */
 	uint8_t retry_cnt;		/* see rig__nic_retry_cnt() */
 	uint8_t max_rd_atomic;		/* reads in flight, for local peers */
+	bool soft_roce;
+	uint32_t vendor_id;
 	struct rig_loop *own;		/* rig_nic_loop(): rig_qp_make's */
 	pthread_mutex_t lock;		/* the lists below */
 	struct rig__list loops;
@@ -203,6 +205,12 @@ struct rig__qp {
 	/* Set by events.c, from any thread, for the owner to apply. */
 	int event_error;
 	const char *event_why;
+	/* rig_qp_stats, counted on the slow paths only: per ring, by the
+	 * owner's thread; async_events by any thread, atomically. */
+	uint64_t full[2];
+	uint64_t slept[2];
+	uint64_t completed[2];
+	uint64_t async_events;
 };
 
 static inline struct rig__qp *rig__qp(struct rig_qp *qp)
@@ -278,5 +286,10 @@ void rig__clear_error(void);
 int rig__fail(int err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 int rig__fail_verbs(int err, const struct rig_nic *nic, const char *step);
+/* errmsg.c: the log level in force (rig_set_log, else RIG_LOG); a line
+ * for the log if @level is in force. Slow paths only. */
+int rig__log_level(void);
+void rig__log(enum rig_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 #endif

@@ -4,6 +4,7 @@
  * owns its loops (loop.c), its own loop first made here, and its regions;
  * closing it closes them.
  */
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <net/if.h>
 #include <stdio.h>
@@ -37,23 +38,25 @@ static int is_ipv4_mapped(const union ibv_gid *gid)
 	return !memcmp(gid->raw, prefix, sizeof(prefix));
 }
 
-/* The port's RoCE v2 GID, an IPv4-mapped one first (rdma_cm speaks IPv4). */
-static int find_gid(struct ibv_context *ctx, uint8_t port, int tbl_len,
-		    struct ibv_gid_entry *out)
+/* Of @n entries of the GID table, @port's RoCE v2 GID, an IPv4-mapped one
+ * first (rdma_cm speaks IPv4), else the lowest index; NULL if none. */
+static const struct ibv_gid_entry *pick_gid(const struct ibv_gid_entry *tbl,
+					    int n, uint8_t port)
 {
-	struct ibv_gid_entry e;
-	int found = 0, i;
+	const struct ibv_gid_entry *best = NULL;
+	int i;
 
-	for (i = 0; i < tbl_len; i++) {
-		if (ibv_query_gid_ex(ctx, port, i, &e, 0) ||
-		    e.gid_type != IBV_GID_TYPE_ROCE_V2)
+	for (i = 0; i < n; i++) {
+		const struct ibv_gid_entry *e = &tbl[i];
+
+		if (e->port_num != port || e->gid_type != IBV_GID_TYPE_ROCE_V2)
 			continue;
-		if (!found || (is_ipv4_mapped(&e.gid) &&
-			       !is_ipv4_mapped(&out->gid)))
-			*out = e;
-		found = 1;
+		if (!best || (is_ipv4_mapped(&e->gid) && !is_ipv4_mapped(&best->gid)) ||
+		    (is_ipv4_mapped(&e->gid) == is_ipv4_mapped(&best->gid) &&
+		     e->gid_index < best->gid_index))
+			best = e;
 	}
-	return found;
+	return best;
 }
 
 static void read_mac(uint32_t ifindex, uint8_t mac[6])
@@ -82,51 +85,101 @@ int rig__set_nonblock(int fd, const char *what)
 	return 0;
 }
 
-/* Takes the device if it has an active RoCE v2 port; 0 or -errno. */
+/*
+ * Picks @nic's port and GID: the first port that is active on Ethernet
+ * with a RoCE v2 GID. Reads every port's GIDs with one call. Returns 0, or
+ * -ENODEV with each port's reason in rig_errmsg() ("port 1 is DOWN").
+ */
+static int pick_port(struct rig_nic *nic, const struct ibv_device_attr *attr,
+		     struct ibv_port_attr *pattr, struct ibv_gid_entry *gid)
+{
+	const struct ibv_gid_entry *e = NULL;
+	struct ibv_gid_entry *tbl = NULL;
+	char why[512] = "";
+	size_t len = 0, at = 0;
+	ssize_t n = 0;
+	uint8_t port;
+
+	for (port = 1; port <= attr->phys_port_cnt; port++)
+		if (!ibv_query_port(nic->ctx, port, pattr))
+			len += pattr->gid_tbl_len;
+	if (len) {
+		tbl = calloc(len, sizeof(*tbl));
+		if (!tbl)
+			return rig__fail(ENOMEM, "rig_nic_open: out of memory");
+		n = ibv_query_gid_table(nic->ctx, tbl, len, 0);
+	}
+	for (port = 1; port <= attr->phys_port_cnt; port++) {
+		const char *sep = at ? ", " : "";
+		int ret = ibv_query_port(nic->ctx, port, pattr);
+
+		if (ret)
+			at += snprintf(why + at, sizeof(why) - at, "%sport %u: ibv_query_port: %s",
+				       sep, port, strerror(ret));
+		else if (pattr->state != IBV_PORT_ACTIVE)
+			at += snprintf(why + at, sizeof(why) - at, "%sport %u is %s", sep,
+				       port, ibv_port_state_str(pattr->state));
+		else if (pattr->link_layer != IBV_LINK_LAYER_ETHERNET)
+			at += snprintf(why + at, sizeof(why) - at,
+				       "%sport %u is InfiniBand, not Ethernet", sep, port);
+		else if (n < 0)
+			at += snprintf(why + at, sizeof(why) - at,
+				       "%sibv_query_gid_table: %s", sep, strerror((int)-n));
+		else if (!(e = pick_gid(tbl, (int)n, port)))
+			at += snprintf(why + at, sizeof(why) - at,
+				       "%sport %u has no RoCE v2 GID", sep, port);
+		else
+			break;
+		if (at >= sizeof(why))
+			at = sizeof(why) - 1;
+	}
+	if (e)
+		*gid = *e;
+	free(tbl);
+	if (port > attr->phys_port_cnt)
+		return rig__fail(ENODEV, "%s", at ? why : "no port");
+	return 0;
+}
+
+/* Takes the device if it has an active RoCE v2 port; 0 or -errno, with
+ * the reason in rig_errmsg(), after the device's name. */
 static int nic_init(struct rig_nic *nic, struct ibv_device *dev)
 {
 	struct ibv_device_attr attr;
 	struct ibv_port_attr pattr;
-	struct ibv_gid_entry gid;
+	struct ibv_gid_entry gid = { 0 };
 	uint64_t msg_max;
 	int ret;
-	uint8_t port;
 
+	snprintf(nic->name, sizeof(nic->name), "%s", ibv_get_device_name(dev));
 	nic->ctx = ibv_open_device(dev);
 	if (!nic->ctx)
-		return rig__fail(errno ? errno : ENODEV, "ibv_open_device(%s): %s",
-				 ibv_get_device_name(dev), strerror(errno));
-	snprintf(nic->name, sizeof(nic->name), "%s", ibv_get_device_name(dev));
+		return rig__fail(errno ? errno : ENODEV, "%s: ibv_open_device: %s",
+				 nic->name, strerror(errno));
 	ret = ibv_query_device(nic->ctx, &attr);
 	if (ret) {
 		ret = rig__fail_verbs(ret, nic, "ibv_query_device");
 		goto out_close;
 	}
-	for (port = 1; port <= attr.phys_port_cnt; port++) {
-		if (ibv_query_port(nic->ctx, port, &pattr) ||
-		    pattr.state != IBV_PORT_ACTIVE ||
-		    pattr.link_layer != IBV_LINK_LAYER_ETHERNET)
-			continue;
-		if (find_gid(nic->ctx, port, pattr.gid_tbl_len, &gid))
-			break;
-	}
-	if (port > attr.phys_port_cnt) {
-		ret = rig__fail(ENODEV, "%s has no active port with a RoCE v2 GID",
-				nic->name);
+	ret = pick_port(nic, &attr, &pattr, &gid);
+	if (ret) {
+		ret = rig__fail(-ret, "%s: %s", nic->name, rig_errmsg());
 		goto out_close;
 	}
 	if (attr.max_qp_wr < RIG_RING_ENTRIES || attr.max_cqe < RIG_RING_ENTRIES) {
-		ret = rig__fail(ENODEV, "%s takes %d work requests per queue, rig needs %d",
-				nic->name, attr.max_qp_wr, RIG_RING_ENTRIES);
+		ret = rig__fail(ENODEV, "%s: takes %d work requests per queue and %d per CQ, rig needs %d",
+				nic->name, attr.max_qp_wr, attr.max_cqe, RIG_RING_ENTRIES);
 		goto out_close;
 	}
-	nic->port = port;
+	nic->port = gid.port_num;
 	nic->gid_index = gid.gid_index;
 	nic->gid = gid.gid;
 	read_mac(gid.ndev_ifindex, nic->mac);
 	msg_max = pattr.max_msg_sz < RIG_MESSAGE_MAX ? pattr.max_msg_sz
 						       : RIG_MESSAGE_MAX;
 	nic->msg_max = (uint32_t)msg_max;
+	nic->vendor_id = attr.vendor_id;
+	nic->soft_roce = attr.vendor_id == RIG_RXE_VENDOR_ID;
 	nic->retry_cnt = rig__nic_retry_cnt(&attr);
 	nic->max_rd_atomic = attr.max_qp_init_rd_atom < 16 ? attr.max_qp_init_rd_atom : 16;
 
@@ -146,11 +199,55 @@ out_close:
 	return ret;
 }
 
+/* The log lines of a NIC that opened: what was picked, the quirks. */
+static void log_opened(const struct rig_nic *nic)
+{
+	char gid[INET6_ADDRSTRLEN] = "?";
+
+	if (rig__log_level() < RIG_LOG_INFO)
+		return;
+	inet_ntop(AF_INET6, nic->gid.raw, gid, sizeof(gid));
+	rig__log(RIG_LOG_DEBUG, "%s: port %u, GID index %u (%s), message limit %u",
+		 nic->name, nic->port, nic->gid_index, gid, nic->msg_max);
+	if (nic->soft_roce)
+		rig__log(RIG_LOG_INFO, "%s: Soft-RoCE quirk: transport retry count %u, not 7 (its 7 retries forever; RNR waits count against it too)",
+			 nic->name, nic->retry_cnt);
+}
+
+RIG_EXPORT int rig_nic_query(const struct rig_nic *nic, struct rig_nic_info *info)
+{
+	struct rig_nic_info all = { .size = sizeof(all) };
+	uint32_t size;
+
+	if (!nic || !info || info->size < 8)
+		return rig__fail(EINVAL, "rig_nic_query: %s", !nic || !info ? "NULL argument" :
+				 "size is not set to sizeof(struct rig_nic_info)");
+	all.port = nic->port;
+	snprintf(all.device, sizeof(all.device), "%s", nic->name);
+	all.gid_index = nic->gid_index;
+	all.msg_max = nic->msg_max;
+	memcpy(all.gid, nic->gid.raw, sizeof(all.gid));
+	memcpy(all.mac, nic->mac, sizeof(all.mac));
+	all.retry_cnt = nic->retry_cnt;
+	all.soft_roce = nic->soft_roce;
+	all.vendor_id = nic->vendor_id;
+	all.max_rd_atomic = nic->max_rd_atomic;
+	/* An older caller's smaller structure gets what it knows; a newer
+	 * one learns from size what this library filled. */
+	size = info->size < sizeof(all) ? info->size : sizeof(all);
+	all.size = size;
+	memset((char *)info + size, 0, info->size - size);
+	memcpy(info, &all, size);
+	return 0;
+}
+
 RIG_EXPORT __cold int rig_nic_open(const char *name, struct rig_nic **out)
 {
 	struct ibv_device **list;
 	struct rig_nic *nic;
 	int n = 0, i, ret = -ENODEV;
+	char why[768] = "";
+	size_t at = 0;
 
 	if (!out)
 		return rig__fail(EINVAL, "rig_nic_open: out is NULL");
@@ -159,15 +256,25 @@ RIG_EXPORT __cold int rig_nic_open(const char *name, struct rig_nic **out)
 		return rig__fail(ENOMEM, "rig_nic_open: out of memory");
 	/* A machine without RDMA has no list at all: that is no device too. */
 	list = ibv_get_device_list(&n);
-	rig__fail(ENODEV, "no verbs device %s%s", name ? "named " : "with an active RoCE v2 port",
-		  name ? name : "");
 	for (i = 0; i < n; i++) {
 		if (name && strcmp(name, ibv_get_device_name(list[i])))
 			continue;
 		ret = nic_init(nic, list[i]);
 		if (!ret || name)
 			break;
+		/* Each device passed over, and why: rig_errmsg() lists them. */
+		rig__log(RIG_LOG_INFO, "rig_nic_open: passed over %s", rig_errmsg());
+		at += snprintf(why + at, sizeof(why) - at, "%s%s", at ? "; " : "", rig_errmsg());
+		if (at >= sizeof(why))
+			at = sizeof(why) - 1;
 	}
+	if (!name && ret)
+		ret = rig__fail(ENODEV, "no verbs device with an active RoCE v2 port%s%s",
+				at ? ": " : "", why);
+	else if (name && i == n)
+		rig__fail(ENODEV, "no verbs device named %s", name);
+	else if (name && ret)
+		rig__log(RIG_LOG_INFO, "rig_nic_open: %s", rig_errmsg());
 	if (list)
 		ibv_free_device_list(list);
 	if (ret)
@@ -179,6 +286,7 @@ RIG_EXPORT __cold int rig_nic_open(const char *name, struct rig_nic **out)
 	ret = rig__loop_open(nic, &nic->own);
 	if (ret)
 		goto out_device;
+	log_opened(nic);
 	/* Devices rejected on the way leave no message behind. */
 	rig__clear_error();
 	*out = nic;

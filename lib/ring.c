@@ -65,6 +65,16 @@ static struct wc_error wc_error(enum ibv_wc_status status)
 	return (struct wc_error){ EIO, "unknown completion status" };
 }
 
+/* For the log: where the failure came from (enum rig__cause). */
+static const char *const cause_names[] = {
+	[RIG__CAUSE_NONE] = "",
+	[RIG__CAUSE_ENTRY] = "; an error completion",
+	[RIG__CAUSE_FLUSH] = "; a flush, no reason seen",
+	[RIG__CAUSE_KIND] = "; a completion of an unknown kind",
+	[RIG__CAUSE_EVENT] = "; an async event",
+	[RIG__CAUSE_DEVICE] = "; the device",
+};
+
 static int failed(const struct rig__qp *qp)
 {
 	return qp->cause != RIG__CAUSE_NONE;
@@ -81,11 +91,49 @@ void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 	if (failed(qp) && (qp->cause != RIG__CAUSE_FLUSH ||
 			   cause == RIG__CAUSE_FLUSH))
 		return;
+	rig__log(RIG_LOG_WARN, "%s: queue pair 0x%06x failed%s: %s (%s)%s",
+		 qp->nic->name, qp->pub.ibqp->qp_num,
+		 failed(qp) ? ", the reason of its flush found" : "",
+		 strerror(error), why, cause_names[cause]);
 	qp->cause = cause;
 	qp->error = -error;
 	qp->why = why;
 	qp->wc_status = wc_status;
 	__atomic_or_fetch(&qp->pub.broken, RIG__FAILED, __ATOMIC_RELAXED);
+}
+
+RIG_EXPORT int rig_qp_stats(const struct rig_qp *pub, enum rig_side side,
+			    struct rig_qp_stats *s)
+{
+	const struct rig__ring *ring;
+	const struct rig__qp *qp;
+	struct rig_qp_stats all;
+	uint32_t size;
+
+	if (!pub || !s || (unsigned)side > RIG_RECEIVE || s->size < 8)
+		return rig__fail(EINVAL, "rig_qp_stats: %s",
+				 !pub || !s ? "NULL argument" :
+				 (unsigned)side > RIG_RECEIVE ? "no such side" :
+				 "size is not set to sizeof(struct rig_qp_stats)");
+	qp = container_of(pub, const struct rig__qp, pub);
+	ring = &pub->ring[side];
+	all = (struct rig_qp_stats){
+		.size = sizeof(all),
+		.posted = ring->head,
+		.taken = ring->tail,
+		.due = ring->head - ring->tail,
+		.full = qp->full[side],
+		.slept = qp->slept[side],
+		.completed = qp->completed[side],
+		.async_events = __atomic_load_n(&qp->async_events, __ATOMIC_RELAXED),
+	};
+	/* A caller's older, smaller structure gets what it knows; a newer,
+	 * bigger one learns from size what this library filled. */
+	size = s->size < sizeof(all) ? s->size : sizeof(all);
+	all.size = size;
+	memset((char *)s + size, 0, s->size - size);
+	memcpy(s, &all, size);
+	return 0;
 }
 
 RIG_EXPORT int rig_qp_failure(const struct rig_qp *pub, int *wc_status)
@@ -215,6 +263,7 @@ RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
 		for (seq = ring->tail; seq != ring->head; seq++)
 			ring->slot[seq & RIG__MASK].failed = 1;
 		ring->ahead = ring->head - ring->tail;
+		qp->completed[side] += ring->ahead;
 	}
 
 	slot = &ring->slot[ring->tail & RIG__MASK];
@@ -277,9 +326,11 @@ RIG_EXPORT __cold int rig__qp_post_slow(struct rig_qp *pub, enum rig__op op,
 			 op == RIG__OP_READ ? "the destination" : "the");
 	if (ret)
 		return ret;
-	if (rig__ring_used(ring) >= RIG_RING_ENTRIES)
+	if (rig__ring_used(ring) >= RIG_RING_ENTRIES) {
+		qp->full[side]++;
 		return rig__fail(ENOSPC, "the %s ring is full",
 				 side == RIG_SEND ? "send" : "receive");
+	}
 	if (__atomic_load_n(&pub->broken, __ATOMIC_ACQUIRE) & (RIG__FAILED | RIG__EVENT)) {
 		/* F5: accepted, completed by poll with the failure's error;
 		 * nothing reaches the NIC. */
@@ -354,10 +405,12 @@ static int check_batch(struct rig__qp *qp, enum rig_side side,
 		if (ret)
 			return rig__fail(-ret, "batch entry %d: %s", i, rig_errmsg());
 	}
-	if (rig__ring_used(ring) + (uint32_t)count > RIG_RING_ENTRIES)
+	if (rig__ring_used(ring) + (uint32_t)count > RIG_RING_ENTRIES) {
+		qp->full[side]++;
 		return rig__fail(ENOSPC, "the %s ring has room for %d, not %d",
 				 side == RIG_SEND ? "send" : "receive",
 				 RIG_RING_ENTRIES - (int)rig__ring_used(ring), count);
+	}
 	return 0;
 }
 

@@ -182,6 +182,7 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 	struct rig__ring *ring;
 	struct rig__qp *qp;
 	int64_t deadline, spin_end, left;
+	bool slept = false;
 	eventfd_t drained;
 	int ret, woke;
 
@@ -223,6 +224,10 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 		left = deadline - rig__now_ns();
 		if (ret || left <= 0)
 			break;
+		if (!slept) {
+			slept = true;
+			qp->slept[side]++;	/* rig_qp_stats: waits that slept */
+		}
 		woke = ret = sleep_on(qp->loop, left);
 		if (ret < 0)
 			break;

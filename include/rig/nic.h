@@ -4,6 +4,8 @@
 /*
  * A NIC: one verbs device, one active port, one RoCE v2 GID.
  */
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -16,8 +18,12 @@ struct rig_nic;
  *        with an active RoCE v2 port
  * @out:  set to the new NIC on success, untouched on failure
  *
- * Returns 0, or -ENODEV when no such device has an active RoCE v2 port, or
- * another -errno from the verbs call rig_errmsg() names.
+ * A device is used when a port is active on Ethernet with a RoCE v2 GID
+ * (an IPv4-mapped one first) and it takes 4095 work requests per queue.
+ * Returns 0, or -ENODEV when no such device qualifies: rig_errmsg() then
+ * gives the reason of each device it rejected ("rxe0: port 1 is DOWN"),
+ * and so does the log (rig_set_log) at RIG_LOG_INFO. Or another -errno
+ * from the verbs call rig_errmsg() names.
  */
 int rig_nic_open(const char *name, struct rig_nic **out);
 
@@ -49,6 +55,64 @@ int rig_nic_events(struct rig_nic *nic);
  * failing rig call.
  */
 const char *rig_errmsg(void);
+
+/*
+ * What rig_nic_query() reports. The caller sets @size to sizeof(struct
+ * rig_nic_info) and the library fills that many bytes at most, so the
+ * structure can grow at its end: a program built against an older header
+ * passes a smaller size and gets the fields it knows; one built against a
+ * newer header, run with an older library, finds in @size how much was
+ * filled (the rest is zeroed). Initialise it as
+ *	struct rig_nic_info info = { .size = sizeof(info) };
+ */
+struct rig_nic_info {
+	uint32_t size;		/* in: the structure's size; out: bytes filled */
+	uint32_t port;		/* the port rig uses, from 1 */
+	char device[64];	/* "rxe0", "bnxt_re0" */
+	uint32_t gid_index;	/* its RoCE v2 GID's index in the port's table */
+	uint32_t msg_max;	/* the message limit: min(2^31, max_msg_sz) */
+	uint8_t gid[16];
+	uint8_t mac[6];		/* the MAC of the GID's netdev */
+	uint8_t retry_cnt;	/* transport retries of its queue pairs (rig(7) M3) */
+	uint8_t soft_roce;	/* 1: Soft-RoCE (rdma_rxe), whose quirks rig applies */
+	uint32_t vendor_id;	/* from ibv_query_device */
+	uint32_t max_rd_atomic;	/* reads in flight per queue pair, for local peers */
+};
+
+/**
+ * rig_nic_query - what rig chose for @nic, and why
+ *
+ * Fills @info (see struct rig_nic_info) with the device, port and GID
+ * rig_nic_open() picked and what the device's limits and quirks made of
+ * rig's settings. Makes no verbs call. Returns 0, or -EINVAL if @nic or
+ * @info is NULL or @info->size is below 8; @info is untouched then.
+ */
+int rig_nic_query(const struct rig_nic *nic, struct rig_nic_info *info);
+
+/* How much rig tells of what it does; see rig_set_log(). */
+enum rig_log_level {
+	RIG_LOG_OFF = 0,
+	RIG_LOG_WARN = 1,	/* a queue pair failed, an async event failed some */
+	RIG_LOG_INFO = 2,	/* a device rejected and why, a quirk applied, other async events */
+	RIG_LOG_DEBUG = 3,	/* the device, port and GID picked */
+};
+
+/* Receives each line (no newline) of level <= the level set. */
+typedef void rig_log_fn(enum rig_log_level level, const char *line);
+
+/**
+ * rig_set_log - where rig's log lines go, and how many
+ * @fn:    the callback, or NULL for stderr ("rig: " and the line)
+ * @level: RIG_LOG_OFF..RIG_LOG_DEBUG
+ *
+ * Without a call, the environment decides: RIG_LOG=warn, info or debug
+ * sends those levels to stderr; unset, rig logs nothing. A call
+ * overrides the environment. Each event is logged once, when rig learns
+ * of it, from the thread that learns of it, never on the hot path; @fn
+ * must not call rig. Returns 0, or -EINVAL for a level out of range
+ * (nothing changes).
+ */
+int rig_set_log(rig_log_fn *fn, enum rig_log_level level);
 
 #ifdef __cplusplus
 }

@@ -159,6 +159,35 @@ int rig_qp_poll_batch(struct rig_qp *qp, enum rig_side side,
 		      struct rig_completion *c, uint64_t *cookies, int max);
 
 /*
+ * What rig_qp_stats() reports of one ring. @size works as in struct
+ * rig_nic_info: set it to sizeof(struct rig_qp_stats) and the structure
+ * can grow at its end.
+ */
+struct rig_qp_stats {
+	uint32_t size;		/* in: the structure's size; out: bytes filled */
+	uint32_t posted;	/* entries posted on the ring, modulo 2^32 */
+	uint32_t taken;		/* completions taken, modulo 2^32 */
+	uint32_t due;		/* posted - taken: entries due now */
+	uint64_t full;		/* posts refused with -ENOSPC: the ring was full */
+	uint64_t slept;		/* rig_qp_wait calls that slept */
+	uint64_t completed;	/* entries the library completed itself (rig(7) F6) */
+	uint64_t async_events;	/* async events that named the queue pair or
+				 * its device (both rings report the same) */
+};
+
+/**
+ * rig_qp_stats - the counters of @qp's ring @side
+ *
+ * posted and taken are the ring's own sequence numbers, which the hot path
+ * keeps anyway; the other counters are kept on the slow paths only, so
+ * they cost a post or a poll nothing. Call it from the queue pair's owner
+ * (rig(7) C3). Returns 0, or -EINVAL for a NULL @qp or @s, a bad side or
+ * @s->size below 8 (@s untouched).
+ */
+int rig_qp_stats(const struct rig_qp *qp, enum rig_side side,
+		 struct rig_qp_stats *s);
+
+/*
  * Out-of-line halves of the inline functions. Not for applications, but
  * ABI all the same: the inline code compiled into applications calls them
  * by name and reads the marked block of struct rig_qp and struct
@@ -177,11 +206,15 @@ int rig__qp_poll_slow(struct rig_qp *qp, enum rig_side side,
 		      const struct ibv_wc *wc, int n, struct rig_completion *c);
 
 /* The hot path must really be inline: a call and its frame cost more
- * than the checks themselves (GCC at -O2 kept rig_qp_poll out of line). */
+ * than the checks themselves (GCC at -O2 kept rig_qp_poll out of line).
+ * lib/ffi.c defines RIG_INLINE first, to compile these same bodies once
+ * more as exported functions, for FFI users (RIG_FFI_0.1). */
+#ifndef RIG_INLINE
 #if defined(__GNUC__)
 #define RIG_INLINE static inline __attribute__((always_inline))
 #else
 #define RIG_INLINE static inline
+#endif
 #endif
 
 #if defined(__GNUC__)
