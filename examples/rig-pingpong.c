@@ -12,20 +12,24 @@
  * rig_qp_wait() instead of spinning on rig_qp_poll().
  *
  *	rig-pingpong [-d DEV] [-g GID_INDEX] [-s SIZE] [-n ITERS] [-p PORT] [-e]
+ *		     [--out_json] [--out_json_file=FILE]
  *	rig-pingpong [same options] SERVER
  *
- * Beside ibv_rc_pingpong's throughput lines it prints perftest-style
- * statistics of the half round trip, measured per iteration after a
+ * Beside ibv_rc_pingpong's throughput lines it prints ib_send_lat's
+ * statistics of the half round trip (t_min, t_max, t_typical, t_avg,
+ * t_stdev, 99% and 99.9% percentiles), measured per iteration after a
  * warm-up: the client times each send until its answer arrives, the
- * server each answer until the next message arrives.
+ * server each answer until the next message arrives. --out_json writes
+ * them in perftest's JSON shape ("test_info", "results").
  *
  * Build:
- *	cc -O2 -o rig-pingpong rig-pingpong.c $(pkg-config --cflags --libs rig)
+ *	cc -O2 -o rig-pingpong rig-pingpong.c $(pkg-config --cflags --libs rig) -lm
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +57,7 @@ struct pp_opts {
 	unsigned int iters;
 	int gidx;		/* -1: no -g */
 	int use_event;
+	const char *json;	/* --out_json's file, or NULL */
 };
 
 static void pp_usage(const char *argv0)
@@ -67,7 +72,9 @@ static void pp_usage(const char *argv0)
 	       "  -s, --size=<size>      size of message to exchange (default 4096)\n"
 	       "  -n, --iters=<iters>    number of exchanges (default 1000)\n"
 	       "  -e, --events           sleep in rig_qp_wait (default poll)\n"
-	       "  -g, --gid-idx=<index>  check that rig's GID is at this index\n",
+	       "  -g, --gid-idx=<index>  check that rig's GID is at this index\n"
+	       "      --out_json         write the latency as perftest's JSON to perftest_out.json\n"
+	       "      --out_json_file=<file>  ... to <file>\n",
 	       argv0, argv0);
 }
 
@@ -131,6 +138,7 @@ static int pp_gid_index(const char *dev, const uint8_t gid[16])
 
 struct pp_ctx {
 	const char *dev;		/* -d, or NULL */
+	char dev_name[64];		/* the device rig picked */
 	uint8_t gid[16];		/* ours */
 	struct rig_nic *nic;
 	struct rig_qp *qp;
@@ -514,11 +522,47 @@ static double pp_percentile(const uint64_t *v, size_t n, unsigned int permille)
 	return v[k ? k - 1 : 0] / 1000.0;
 }
 
-/* Prints the half round trips of the iterations after the warm-up. */
-static void pp_print_latency(const struct pp_ctx *ctx, uint64_t *rtt)
+/* perftest's latency figures (ib_send_lat's columns and JSON keys), of
+ * the half round trips, in usec. */
+struct pp_lat {
+	size_t n;
+	double t_min, t_max, t_typical, t_avg, t_stdev, p99, p999;
+};
+
+static void pp_write_json(const struct pp_ctx *ctx, const char *path,
+			  const struct pp_lat *l)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f) {
+		fprintf(stderr, "Couldn't open %s: %s\n", path, strerror(errno));
+		return;
+	}
+	/* perftest's shape: "test_info", then "results" with its keys */
+	fprintf(f, "{\n\"test_info\": {\n\"test\": \"Send_Latency_Test\",\n"
+		"\"Dual_port\": \"OFF\",\n\"Device\": \"%s\",\n"
+		"\"Number_of_qps\": 1,\n\"Transport_type\": \"IB\",\n"
+		"\"Connection_type\": \"RC\",\n\"Using_SRQ\": \"OFF\",\n"
+		"\"RX_depth\": %d,\n\"Implementation\": \"rig\"\n},\n",
+		ctx->dev_name, PP_RX_DEPTH);
+	fprintf(f, "\"results\": {\n\"MsgSize\": %zu,\n\"n_iterations\": %zu,\n"
+		"\"t_min\": %.2f,\n\"t_max\": %.2f,\n\"t_typical\": %.2f,\n"
+		"\"t_avg\": %.2f,\n\"t_stdev\": %.2f,\n\"percentile_99\": %.2f,\n"
+		"\"percentile_99.9\": %.2f\n}\n}\n",
+		ctx->size, l->n, l->t_min, l->t_max, l->t_typical, l->t_avg,
+		l->t_stdev, l->p99, l->p999);
+	if (fclose(f))
+		fprintf(stderr, "Couldn't write %s: %s\n", path, strerror(errno));
+}
+
+/* Prints the half round trips of the iterations after the warm-up, in
+ * ib_send_lat's columns; with --out_json, writes them as it does. */
+static void pp_print_latency(const struct pp_ctx *ctx, uint64_t *rtt,
+			     const char *json)
 {
 	unsigned int warmup = ctx->iters / 10, i;
-	uint64_t sum = 0;
+	struct pp_lat l = { 0 };
+	double sum = 0, var = 0;
 	size_t n = 0;
 
 	if (warmup > PP_WARMUP_MAX)
@@ -530,16 +574,25 @@ static void pp_print_latency(const struct pp_ctx *ctx, uint64_t *rtt)
 		return;
 	qsort(rtt, n, sizeof(*rtt), pp_cmp_u64);
 	for (i = 0; i < n; i++)
-		sum += rtt[i];
+		sum += rtt[i] / 1000.0;
+	l.n = n;
+	l.t_avg = sum / n;
+	for (i = 0; i < n; i++)
+		var += (rtt[i] / 1000.0 - l.t_avg) * (rtt[i] / 1000.0 - l.t_avg);
+	l.t_stdev = sqrt(var / n);
+	l.t_min = rtt[0] / 1000.0;
+	l.t_max = rtt[n - 1] / 1000.0;
+	l.t_typical = pp_percentile(rtt, n, 500);	/* perftest's median */
+	l.p99 = pp_percentile(rtt, n, 990);
+	l.p999 = pp_percentile(rtt, n, 999);
 	printf("latency: half round trip, %u warm-up iterations left out\n",
 	       warmup);
-	printf(" %-8s %-12s %-13s %-13s %-13s %-15s %-13s %s\n",
-	       "#bytes", "#iterations", "t_min[usec]", "t_p50[usec]",
-	       "t_p99[usec]", "t_p99.9[usec]", "t_max[usec]", "t_avg[usec]");
-	printf(" %-8zu %-12zu %-13.2f %-13.2f %-13.2f %-15.2f %-13.2f %.2f\n",
-	       ctx->size, n, rtt[0] / 1000.0, pp_percentile(rtt, n, 500),
-	       pp_percentile(rtt, n, 990), pp_percentile(rtt, n, 999),
-	       rtt[n - 1] / 1000.0, sum / (double)n / 1000.0);
+	printf(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99%% percentile[usec]   99.9%% percentile[usec] \n");
+	printf(" %-7zu %-11zu    %-11.2f    %-11.2f  %-15.2f    %-11.2f    %-13.2f   %-20.2f   %-.2f\n",
+	       ctx->size, n, l.t_min, l.t_max, l.t_typical, l.t_avg, l.t_stdev,
+	       l.p99, l.p999);
+	if (json)
+		pp_write_json(ctx, json, &l);
 }
 
 static int pp_parse_opts(int argc, char *argv[], struct pp_opts *o)
@@ -551,6 +604,8 @@ static int pp_parse_opts(int argc, char *argv[], struct pp_opts *o)
 		{ .name = "iters", .has_arg = 1, .val = 'n' },
 		{ .name = "events", .has_arg = 0, .val = 'e' },
 		{ .name = "gid-idx", .has_arg = 1, .val = 'g' },
+		{ .name = "out_json", .has_arg = 0, .val = 'J' },
+		{ .name = "out_json_file", .has_arg = 1, .val = 'F' },
 		{ 0 }
 	};
 	unsigned long long v;
@@ -565,6 +620,12 @@ static int pp_parse_opts(int argc, char *argv[], struct pp_opts *o)
 		}
 		if (c == 'e') {
 			o->use_event = 1;
+			continue;
+		}
+		/* perftest's: --out_json writes perftest_out.json, unless
+		 * --out_json_file names another file */
+		if (c == 'J' || c == 'F') {
+			o->json = c == 'F' ? optarg : o->json ? o->json : "perftest_out.json";
 			continue;
 		}
 		if (c != 'p' && c != 's' && c != 'n' && c != 'g')
@@ -598,6 +659,7 @@ int main(int argc, char *argv[])
 	};
 	struct pp_ctx ctx = { 0 };
 	struct rig_endpoint self, peer;
+	struct rig_nic_info info;
 	unsigned int lid = 0;
 	uint64_t *rtt, elapsed = 0;
 	size_t page, len;
@@ -630,6 +692,9 @@ int main(int argc, char *argv[])
 		pp_fail("rig_nic_open", ret);
 		goto out_free;
 	}
+	info.size = sizeof(info);
+	if (!rig_nic_query(ctx.nic, &info))
+		snprintf(ctx.dev_name, sizeof(ctx.dev_name), "%s", info.device);
 	ret = rig_region_register(ctx.nic, ctx.buf, len, &ctx.region);
 	if (ret) {
 		pp_fail("rig_region_register", ret);
@@ -669,7 +734,7 @@ int main(int argc, char *argv[])
 	       (double)o.size * o.iters * 2 * 8. / usec);
 	printf("%u iters in %.2f seconds = %.2f usec/iter\n",
 	       o.iters, usec / 1000000., usec / o.iters);
-	pp_print_latency(&ctx, rtt);
+	pp_print_latency(&ctx, rtt, o.json);
 	status = 0;
 
 out_destroy_qp:
