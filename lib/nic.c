@@ -85,6 +85,18 @@ int rig__set_nonblock(int fd, const char *what)
 	return 0;
 }
 
+static const char *port_state(enum ibv_port_state state)
+{
+	switch (state) {
+	case IBV_PORT_DOWN: return "DOWN";
+	case IBV_PORT_INIT: return "INIT";
+	case IBV_PORT_ARMED: return "ARMED";
+	case IBV_PORT_ACTIVE: return "ACTIVE";
+	case IBV_PORT_ACTIVE_DEFER: return "ACTIVE_DEFER";
+	default: return "in no known state";
+	}
+}
+
 /*
  * Picks @nic's port and GID: the first port that is active on Ethernet
  * with a RoCE v2 GID. Reads every port's GIDs with one call. Returns 0, or
@@ -118,7 +130,7 @@ static int pick_port(struct rig_nic *nic, const struct ibv_device_attr *attr,
 				       sep, port, strerror(ret));
 		else if (pattr->state != IBV_PORT_ACTIVE)
 			at += snprintf(why + at, sizeof(why) - at, "%sport %u is %s", sep,
-				       port, ibv_port_state_str(pattr->state));
+				       port, port_state(pattr->state));
 		else if (pattr->link_layer != IBV_LINK_LAYER_ETHERNET)
 			at += snprintf(why + at, sizeof(why) - at,
 				       "%sport %u is InfiniBand, not Ethernet", sep, port);

@@ -55,6 +55,19 @@ static const char *gid_type(uint32_t type)
 	}
 }
 
+/* As rig_nic_open's reasons say it. */
+static const char *port_state(enum ibv_port_state state)
+{
+	switch (state) {
+	case IBV_PORT_DOWN: return "DOWN";
+	case IBV_PORT_INIT: return "INIT";
+	case IBV_PORT_ARMED: return "ARMED";
+	case IBV_PORT_ACTIVE: return "ACTIVE";
+	case IBV_PORT_ACTIVE_DEFER: return "ACTIVE_DEFER";
+	default: return "?";
+	}
+}
+
 static const char *link_layer(uint8_t ll)
 {
 	switch (ll) {
@@ -107,7 +120,13 @@ static void probe(struct ibv_device *ibdev, struct dev *d)
 	}
 	ret = rig_nic_open(d->name, &nic);
 	if (ret) {
-		snprintf(d->why, sizeof(d->why), "%s", rig_errmsg());
+		const char *why = rig_errmsg();
+		size_t len = strlen(d->name);
+
+		/* "rxe0: port 1 is DOWN": the name is said already */
+		if (!strncmp(why, d->name, len) && !strncmp(why + len, ": ", 2))
+			why += len + 2;
+		snprintf(d->why, sizeof(d->why), "%s", why);
 		return;
 	}
 	d->info.size = sizeof(d->info);
@@ -143,7 +162,7 @@ static void print_text(const struct dev *d)
 		const struct ibv_port_attr *pa = &d->port[p];
 
 		printf("  port %d: %s, %s, max_msg_sz %u, gid_tbl_len %d\n", p + 1,
-		       ibv_port_state_str(pa->state), link_layer(pa->link_layer),
+		       port_state(pa->state), link_layer(pa->link_layer),
 		       pa->max_msg_sz, pa->gid_tbl_len);
 		for (i = 0; i < d->ngid; i++) {
 			e = &d->gid[i];
@@ -194,7 +213,7 @@ static void print_json(const struct dev *d)
 		printf("%s\n        {\n          \"port\": %d,\n          \"state\": \"%s\",\n"
 		       "          \"link_layer\": \"%s\",\n          \"max_msg_sz\": %u,\n"
 		       "          \"gids\": [", p ? "," : "", p + 1,
-		       ibv_port_state_str(pa->state), link_layer(pa->link_layer), pa->max_msg_sz);
+		       port_state(pa->state), link_layer(pa->link_layer), pa->max_msg_sz);
 		first = 1;
 		for (i = 0; i < d->ngid; i++) {
 			e = &d->gid[i];
