@@ -1,0 +1,105 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# tests/check-deb.sh: the Debian packages. Builds them from the tracked
+# files in a throw-away directory (dpkg-buildpackage -us -uc -b, the host
+# suite left to make check), checks what each holds (dpkg -c), unpacks all
+# three into a throw-away root (dpkg -x), builds a C and a C++ program
+# there with pkg-config and runs them and rig-info against the unpacked
+# library, and runs lintian, which must report no error. Needs no device
+# (rig-info must then exit 1 in one line; with a device, 0). About 2
+# minutes, most of it the build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. tests/lib.sh
+ensure_packages "${BUILD_PACKAGES[@]}" debhelper lintian pandoc dpkg-dev fakeroot
+
+t0=$SECONDS
+tmp=$(mktemp -d /tmp/check-deb.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+mkdir "$tmp/src"
+git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$tmp/src"
+if ! (cd "$tmp/src" && DEB_BUILD_OPTIONS=nocheck dpkg-buildpackage -us -uc -b) \
+	>"$tmp/build.log" 2>&1; then
+	tail -40 "$tmp/build.log"
+	echo "FAIL: dpkg-buildpackage"
+	exit 1
+fi
+echo "ok: dpkg-buildpackage -us -uc -b ($((SECONDS - t0)) s)"
+
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+deb() { ls "$tmp"/"$1"_*.deb; }
+# has PACKAGE PATH-REGEX...: each path is in the package
+has() {
+	local pkg=$1 list; shift
+	list=$(dpkg -c "$(deb "$pkg")" | awk '{ print $6 }')
+	for re in "$@"; do
+		grep -Eq "^\./$re\$" <<<"$list" || fail "$pkg has no $re"
+	done
+}
+for p in librig0 librig-dev rig-utils; do
+	[[ -f $(deb $p) ]] || fail "no $p package"
+done
+((failed == 0)) || exit 1
+lib='usr/lib/[^/]+-linux-gnu[^/]*'
+has librig0 "$lib/librig\.so\.0" "$lib/librig\.so\.0\.[0-9.]+"
+has librig-dev usr/include/rig/rig.h usr/include/rig/qp.h "$lib/librig\.so" \
+	"$lib/pkgconfig/rig\.pc" usr/share/man/man7/rig\.7\.gz \
+	usr/share/man/man3/rig_qp_poll\.3\.gz usr/share/man/man3/rig_nic_query\.3\.gz \
+	usr/share/man/man3/rig_qp_stats\.3\.gz usr/share/man/man3/rig_set_log\.3\.gz
+has rig-utils usr/bin/rig-info usr/bin/rig-pingpong usr/share/man/man1/rig-info\.1\.gz \
+	usr/share/man/man1/rig-pingpong\.1\.gz
+# The library package holds the library alone; the tools no header.
+dpkg -c "$(deb librig0)" | awk '{ print $6 }' | grep -E '\.h$|/man|/bin/' &&
+	fail "librig0 holds more than the library"
+[[ $(dpkg -c "$(deb librig0)" | grep -c 'librig\.so$') == 0 ]] || fail "librig0 holds the .so link"
+
+# Installed into a throw-away root: a C and a C++ program built against it
+# with pkg-config, and rig-info, run on its library.
+root=$tmp/root
+for p in librig0 librig-dev rig-utils; do dpkg -x "$(deb $p)" "$root"; done
+pc=$(dirname "$(find "$root" -name rig.pc)")
+libdir=$(dirname "$(find "$root" -name 'librig.so.0')")
+cat >"$tmp/hello.c" <<'C'
+#include <rig/rig.h>
+#include <stdio.h>
+int main(void)
+{
+	struct rig_nic_info info = { .size = sizeof(info) };
+	struct rig_nic *nic;
+
+	if (rig_nic_open(NULL, &nic)) {
+		printf("no NIC: %s\n", rig_errmsg());
+		return 0;
+	}
+	rig_nic_query(nic, &info);
+	printf("%s\n", info.device);
+	return rig_nic_close(nic);
+}
+C
+cp "$tmp/hello.c" "$tmp/hello.cc"
+flags=$(PKG_CONFIG_SYSROOT_DIR=$root PKG_CONFIG_LIBDIR=$pc pkg-config --cflags --libs rig)
+# shellcheck disable=SC2086
+if cc -Wall -Werror -o "$tmp/hello" "$tmp/hello.c" $flags &&
+	c++ -Wall -Werror -o "$tmp/hello++" "$tmp/hello.cc" $flags &&
+	LD_LIBRARY_PATH=$libdir "$tmp/hello" >/dev/null &&
+	LD_LIBRARY_PATH=$libdir "$tmp/hello++" >/dev/null; then
+	echo "ok: a C and a C++ program built with pkg-config against the packages"
+else
+	fail "a program against the packages"
+fi
+if [[ -z $(ls /sys/class/infiniband 2>/dev/null) ]]; then
+	out=$(LD_LIBRARY_PATH=$libdir "$root/usr/bin/rig-info" 2>&1) && rc=0 || rc=$?
+	[[ $rc == 1 && $out == "rig-info: no verbs device on this machine" ]] ||
+		fail "rig-info without a device: exit $rc, '$out'"
+fi
+
+# lintian: no error (warnings and notes are listed, not fatal).
+if lintian --fail-on error --suppress-tags no-manual-page "$tmp"/rig_*.changes >"$tmp/lintian.log" 2>&1; then
+	echo "ok: lintian reports no error ($(grep -c '^W:' "$tmp/lintian.log" || true) warnings)"
+else
+	fail "lintian"
+fi
+sed 's/^/    /' "$tmp/lintian.log"
+echo "check-deb: $((SECONDS - t0)) s"
+exit $failed
