@@ -78,7 +78,10 @@ int main(void)
 }
 C
 cp "$tmp/hello.c" "$tmp/hello.cc"
-flags=$(PKG_CONFIG_SYSROOT_DIR=$root PKG_CONFIG_LIBDIR=$pc pkg-config --cflags --libs rig)
+# rig.pc names its paths from ${prefix}: point that at the unpacked /usr.
+flags=$(PKG_CONFIG_PATH=$pc pkg-config --define-variable=prefix="$root/usr" --cflags --libs rig)
+[[ $flags == *"-I$root/usr/include"* && $flags == *"-L$libdir"* ]] ||
+	fail "pkg-config gives '$flags', not the unpacked paths"
 # shellcheck disable=SC2086
 if cc -Wall -Werror -o "$tmp/hello" "$tmp/hello.c" $flags &&
 	c++ -Wall -Werror -o "$tmp/hello++" "$tmp/hello.cc" $flags &&
