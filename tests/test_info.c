@@ -79,7 +79,8 @@ Test(info, nic_query_bad_arguments_change_nothing)
 }
 
 /* A wait that nothing ends sleeps: each counts once, on its ring only.
- * 300 ms each, far past the 50 us spin. */
+ * 1 s each: only a second's preemption inside its 50 us spin would let
+ * one reach its end without sleeping. */
 Test(info, stats_count_waits_that_slept)
 {
 	struct rig_nic *nic = t_nic_open(t_dev());
@@ -92,8 +93,8 @@ Test(info, stats_count_waits_that_slept)
 	t_buf(&rx, nic, 4096, 1);
 	t_buf(&tx, nic, 4096, 2);
 	cr_assert_eq(rig_qp_receive(b, rx.r, 0, 64), 0);
-	cr_assert_eq(rig_qp_wait(b, RIG_RECEIVE, 300000, &c), 0);
-	cr_assert_eq(rig_qp_wait(b, RIG_RECEIVE, 300000, &c), 0);
+	cr_assert_eq(rig_qp_wait(b, RIG_RECEIVE, 1000000, &c), 0);
+	cr_assert_eq(rig_qp_wait(b, RIG_RECEIVE, 1000000, &c), 0);
 	cr_assert_eq(rig_qp_stats(b, RIG_RECEIVE, &s), 0);
 	cr_assert_eq(s.slept, 2);
 	cr_assert_eq(s.posted, 1);
