@@ -4,7 +4,8 @@
 # lib/librig.map and each inline rig_* function of include/rig/*.h is a
 # page, man/NAME.3.md, or an alias of one in man/aliases. Every alias
 # points at a page; every page has its sections and is one the build
-# installs (RIG_MAN_PAGES, the Makefile's dist_man_MANS).
+# installs (RIG_MAN_PAGES, the Makefile's dist_man_MANS). rig(7)'s first
+# program is examples/rig-hello.c.
 set -e
 top=${top_srcdir:-.}
 man=$top/man
@@ -65,6 +66,17 @@ for p in $(cat "$tmp/pages") rig; do
 		esac
 	fi
 done
+# rig(7) quotes the first program: the quote is the file, from its first
+# #include on.
+awk '/^# A FIRST PROGRAM$/ { s = 1 } s && /^```$/ { exit } s == 2 { print }
+	s && /^```c$/ { s = 2 }' "$man/rig.7.md" >"$tmp/quoted"
+sed -n '/^#include <stdio.h>$/,$p' "$top/examples/rig-hello.c" >"$tmp/hello"
+if ! [ -s "$tmp/hello" ] || ! cmp -s "$tmp/quoted" "$tmp/hello"; then
+	echo "FAIL: A FIRST PROGRAM of man/rig.7.md does not quote examples/rig-hello.c:"
+	diff "$tmp/hello" "$tmp/quoted" || true
+	status=1
+fi
+
 [ $status -ne 0 ] ||
-	echo "ok: $(wc -l <"$tmp/names") functions, $(wc -l <"$tmp/pages") pages, $(wc -l <"$tmp/aliases") aliases"
+	echo "ok: $(wc -l <"$tmp/names") functions, $(wc -l <"$tmp/pages") pages, $(wc -l <"$tmp/aliases") aliases; rig(7) quotes rig-hello.c"
 exit $status
