@@ -23,15 +23,15 @@ trap 'rm -rf "$tmp"' EXIT
 dest=$tmp/dest
 status=0
 
-make -C "$build" -s install DESTDIR="$dest" >"$tmp/install.log" 2>&1 ||
+make -C "$build" -s --no-print-directory install DESTDIR="$dest" >"$tmp/install.log" 2>&1 ||
 	{ cat "$tmp/install.log"; echo "FAIL: make install"; exit 1; }
 # The staged .pc says the configured prefix; the sysroot points pkg-config
 # (and so -I and -L) into the staging directory.
 export PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 PKG_CONFIG_SYSROOT_DIR=$dest
-PKG_CONFIG_PATH=$dest$(make -C "$build" -s print-dir DIR=pkgconfigdir)
-libdir=$(make -C "$build" -s print-dir DIR=libdir)
-mandir=$(make -C "$build" -s print-dir DIR=mandir)
+PKG_CONFIG_PATH=$dest$(make -C "$build" -s --no-print-directory print-dir DIR=pkgconfigdir)
+libdir=$(make -C "$build" -s --no-print-directory print-dir DIR=libdir)
+mandir=$(make -C "$build" -s --no-print-directory print-dir DIR=mandir)
 [ -f "$dest$libdir/librig.so.0" ] || { echo "FAIL: no $dest$libdir/librig.so.0"; exit 1; }
 flags=$(pkg-config --cflags --libs rig) || { echo "FAIL: pkg-config rig"; exit 1; }
 echo "ok: pkg-config --cflags --libs rig: $flags"
@@ -130,7 +130,7 @@ if command -v man >/dev/null &&
 fi
 [ $status -ne 0 ] || echo "ok: $n man pages and aliases installed"
 
-make -C "$build" -s uninstall DESTDIR="$dest" >"$tmp/install.log" 2>&1 ||
+make -C "$build" -s --no-print-directory uninstall DESTDIR="$dest" >"$tmp/install.log" 2>&1 ||
 	{ cat "$tmp/install.log"; echo "FAIL: make uninstall"; exit 1; }
 left=$(find "$dest" -type f)
 if [ -n "$left" ]; then

@@ -3,9 +3,10 @@
 # Every function a program can name has a man page: each global symbol of
 # lib/librig.map and each inline rig_* function of include/rig/*.h is a
 # page, man/NAME.3.md, or an alias of one in man/aliases. Every alias
-# points at a page; every page has its sections and is one the build
-# installs (RIG_MAN_PAGES, the Makefile's dist_man_MANS). rig(7)'s first
-# program is examples/rig-hello.c.
+# points at a page. Every page has NAME, SYNOPSIS, DESCRIPTION, RETURN
+# VALUE, ERRORS, RULES (the rig(7) tags it keeps) and SEE ALSO, and is one
+# the build installs (RIG_MAN_PAGES, the Makefile's dist_man_MANS). rig(7)'s
+# first program is examples/rig-hello.c.
 set -e
 top=${top_srcdir:-.}
 man=$top/man
@@ -53,7 +54,7 @@ for p in $(cat "$tmp/pages") rig; do
 		grep -qx "# $s" "$f" || { echo "FAIL: $f has no $s section"; status=1; }
 	done
 	if [ "$p" != rig ]; then
-		for s in 'RETURN VALUE' ERRORS; do
+		for s in 'RETURN VALUE' ERRORS RULES; do
 			grep -qx "# $s" "$f" || { echo "FAIL: $f has no $s section"; status=1; }
 		done
 		up=$(echo "$p" | tr a-z A-Z)
