@@ -9,7 +9,11 @@
  *
  * Each handshake is a sequence of steps, one per rdma_cm event, and no
  * step waits: conn_event() takes one event and makes the next control
- * call. A loop's connections get their events from the loop's rdma_cm
+ * call. The slow part of a step (making a queue pair, taking it to RTS)
+ * runs on the loop's helper thread (loop.c), which then makes the step's
+ * rdma_cm call under cm_lock; so does freeing a queue pair of a dropped
+ * handshake. The loop's thread makes one control call per event at most
+ * (no more than the sends of a socket server's accept). A loop's connections get their events from the loop's rdma_cm
  * channel, read by the demultiplexer (events.c) whenever rig_loop_fd()
  * fires; their bounds run on the loop's timer. rig_dial and rig_accept
  * drive the same steps from a channel of their own, waiting on it with
@@ -37,7 +41,10 @@ enum cm_kind { CM_LISTENER, CM_CONN };
 enum conn_state {
 	CONN_RESOLVING_ADDR,	/* dial: rdma_resolve_addr sent */
 	CONN_RESOLVING_ROUTE,	/* dial: rdma_resolve_route sent */
+	CONN_MAKING,		/* its queue pair is being made (and for an
+				 * accept, connected) off the loop */
 	CONN_CONNECTING,	/* dial: rdma_connect sent */
+	CONN_ESTABLISHING,	/* dial: its queue pair goes to RTS off the loop */
 	CONN_ACCEPTING,		/* accept: rdma_accept sent */
 	CONN_UP,
 	CONN_DONE,		/* failed or dropped; freed soon */
@@ -63,7 +70,8 @@ struct conn {
 	enum cm_kind kind;
 	struct rig_loop *loop;
 	struct rdma_cm_id *id;
-	struct rig_listener *listener;	/* the accepting side's */
+	struct rig_listener *listener;	/* the accepting side's, while half-open */
+	bool accepting;
 	bool blocking;			/* rig_dial's or rig_listen's */
 	enum conn_state state;
 	int result;			/* once CONN_DONE or CONN_UP */
@@ -76,6 +84,12 @@ struct conn {
 	struct rig__owned owned;
 	struct rig__qp_owner qp_owner;
 	struct rig__news up, gone;	/* ACCEPTED or DIALED, then GONE */
+	/* A step's slow part and what follows it (cm_lock held); while
+	 * in_job, the helper thread runs them and owns qp. */
+	struct rig__job job;
+	bool in_job;
+	int (*slow)(struct conn *c);
+	void (*then)(struct conn *c, int ret);
 };
 
 static const struct rig__cm_consumer consumer;
@@ -177,36 +191,108 @@ static void free_when_handed(struct rig__news *n)
 	free(container_of(n, struct conn, up));
 }
 
-/*
- * Ends a handshake that did not make it, with -@err. A dial the loop
- * drives reports it as news, and its memory goes when the news is handed
- * out; an accept that fails is dropped without a word.
- */
-static void fail(struct conn *c, int err)
+/* A queue pair freed off the loop. */
+struct reap {
+	struct rig__job job;
+	struct rig__qp *qp;
+};
+
+static void reap_work(struct rig__job *job)
 {
-	if (c->listener && c->state == CONN_ACCEPTING)
-		c->listener->handshakes--;
-	c->state = CONN_DONE;
-	c->result = -err;
-	rig__list_del(&c->owned.link);
-	if (c->qp) {
-		c->qp->owner = NULL;
-		rig__qp_free(c->qp);
-		c->qp = NULL;
+	struct reap *r = container_of(job, struct reap, job);
+
+	rig__qp_free(r->qp);
+	free(r);
+}
+
+/* Frees @c's queue pair: on the helper thread for a loop's connection
+ * (destroying one takes the kernel as long as making it), else here. */
+static void free_qp(struct conn *c)
+{
+	struct reap *r = c->blocking ? NULL : malloc(sizeof(*r));
+
+	c->qp->owner = NULL;
+	if (r) {
+		*r = (struct reap){ .job.work = reap_work, .qp = c->qp };
+		if (!rig__loop_defer(c->loop, &r->job))
+			goto out;
+		free(r);
 	}
+	rig__qp_free(c->qp);
+out:
+	c->qp = NULL;
+}
+
+/* The rest of fail(), once no helper works on @c. */
+static void drop(struct conn *c)
+{
+	if (c->qp)
+		free_qp(c);
 	if (c->id) {
 		rdma_destroy_id(c->id);
 		c->id = NULL;
 	}
 	if (c->blocking)
 		return;		/* the blocking wrapper frees it */
-	if (c->listener) {
+	if (c->accepting) {
 		free(c);
 		return;
 	}
-	c->up.what = (struct rig_ready){ NULL, RIG_SEND, RIG_NEWS_DIALED, -err, c->cookie };
+	c->up.what = (struct rig_ready){ NULL, RIG_SEND, RIG_NEWS_DIALED, c->result, c->cookie };
 	c->up.handed = free_when_handed;
 	rig__loop_post(c->loop, &c->up);
+}
+
+/*
+ * Ends a handshake that did not make it, with -@err. A dial the loop
+ * drives reports it as news, and its memory goes when the news is handed
+ * out; an accept that fails is dropped without a word. While the helper
+ * works on it, the helper finishes the drop.
+ */
+static void fail(struct conn *c, int err)
+{
+	if (c->listener && c->state != CONN_UP && c->state != CONN_DONE)
+		c->listener->handshakes--;
+	c->listener = NULL;
+	c->state = CONN_DONE;
+	c->result = -err;
+	rig__list_del(&c->owned.link);
+	if (!c->in_job)
+		drop(c);
+}
+
+/* The helper's half of a step: its slow part, then the rest under cm_lock. */
+static void job_work(struct rig__job *job)
+{
+	struct conn *c = container_of(job, struct conn, job);
+	struct rig_loop *loop = c->loop;
+	int ret = c->slow(c);
+
+	pthread_mutex_lock(&loop->cm_lock);
+	c->in_job = false;
+	if (c->state == CONN_DONE)
+		drop(c);	/* failed or dropped meanwhile */
+	else
+		c->then(c, ret);
+	pthread_mutex_unlock(&loop->cm_lock);
+}
+
+/* Runs @slow off the loop, then @then; both here for a blocking caller,
+ * or when no helper thread can be had. */
+static void off_loop(struct conn *c, enum conn_state state, int (*slow)(struct conn *),
+		     void (*then)(struct conn *, int))
+{
+	c->state = state;
+	c->slow = slow;
+	c->then = then;
+	if (!c->blocking) {
+		c->job.work = job_work;
+		c->in_job = true;
+		if (!rig__loop_defer(c->loop, &c->job))
+			return;
+		c->in_job = false;
+	}
+	then(c, slow(c));
 }
 
 /* The queue pair goes (rig_qp_destroy): the connection goes with it. */
@@ -306,25 +392,66 @@ static int err_of(const struct cm_ev *ev)
 	}
 }
 
-static int dial_connect(struct conn *c)
+/* The slow parts of the steps; 0 or -errno. */
+static int make_qp(struct conn *c)
+{
+	struct rig_qp *qp;
+	int ret = rig_qp_make_in(c->loop, &qp);
+
+	if (!ret)
+		c->qp = rig__qp(qp);
+	return ret;
+}
+
+static int make_and_connect_qp(struct conn *c)
+{
+	int ret = make_qp(c);
+
+	return ret ? ret : rig_qp_connect(&c->qp->pub, &c->peer);
+}
+
+static int connect_qp(struct conn *c)
+{
+	return rig_qp_connect(&c->qp->pub, &c->peer);
+}
+
+/* Our endpoint, in @priv, to send with @param. */
+static void our_param(struct conn *c, struct rdma_conn_param *param,
+		      uint8_t priv[RIG_CM_PRIVATE])
+{
+	struct rig_endpoint self;
+
+	rig_qp_endpoint(&c->qp->pub, &self);
+	rig_cm_pack(&self, priv);
+	conn_param(param, priv, c->qp);
+}
+
+/* The dial's queue pair is made: send the request. */
+static void dial_connect(struct conn *c, int ret)
 {
 	struct rdma_conn_param param;
-	struct rig_endpoint self;
-	struct rig_qp *qp;
 	uint8_t priv[RIG_CM_PRIVATE];
-	int ret;
 
-	ret = rig_qp_make_in(c->loop, &qp);
+	if (!ret) {
+		our_param(c, &param, priv);
+		if (rdma_connect(c->id, &param))
+			ret = rig__fail(errno, "rdma_connect: %s", strerror(errno));
+	}
 	if (ret)
-		return -ret;
-	c->qp = rig__qp(qp);
-	rig_qp_endpoint(qp, &self);
-	rig_cm_pack(&self, priv);
-	conn_param(&param, priv, c->qp);
-	if (rdma_connect(c->id, &param))
-		return -rig__fail(errno, "rdma_connect: %s", strerror(errno));
-	c->state = CONN_CONNECTING;
-	return 0;
+		fail(c, -ret);
+	else
+		c->state = CONN_CONNECTING;
+}
+
+/* The dial's queue pair is at RTS: tell the listener. */
+static void dial_establish(struct conn *c, int ret)
+{
+	if (!ret && rdma_establish(c->id))
+		ret = rig__fail(errno, "rdma_establish: %s", strerror(errno));
+	if (ret)
+		fail(c, -ret);
+	else
+		up(c);
 }
 
 /* The dialing side's steps; 0 or the errno that ends the dial. */
@@ -346,20 +473,17 @@ static int dial_step(struct conn *c, const struct cm_ev *ev)
 	case CONN_RESOLVING_ROUTE:
 		if (ev->type != RDMA_CM_EVENT_ROUTE_RESOLVED)
 			break;
-		return dial_connect(c);
+		off_loop(c, CONN_MAKING, make_qp, dial_connect);
+		return 0;
 	case CONN_CONNECTING:
 		/* No QP is attached to the id: the CM stops at the response
 		 * and waits for rdma_establish. */
 		if (ev->type != RDMA_CM_EVENT_CONNECT_RESPONSE)
 			break;
 		ret = rig_cm_parse(ev->priv, ev->priv_len, &c->peer);
-		if (!ret)
-			ret = rig_qp_connect(&c->qp->pub, &c->peer);
 		if (ret)
 			return -ret;
-		if (rdma_establish(c->id))
-			return -rig__fail(errno, "rdma_establish: %s", strerror(errno));
-		up(c);
+		off_loop(c, CONN_ESTABLISHING, connect_qp, dial_establish);
 		return 0;
 	default:
 		break;
@@ -368,14 +492,38 @@ static int dial_step(struct conn *c, const struct cm_ev *ev)
 			  ev->status);
 }
 
+/* The accepting side's queue pair is at RTS: answer the request. */
+static void accept_answer(struct conn *c, int ret)
+{
+	struct rdma_conn_param param;
+	uint8_t priv[RIG_CM_PRIVATE];
+	bool blocking = c->blocking;
+
+	if (!ret) {
+		our_param(c, &param, priv);
+		if (rdma_accept(c->id, &param))
+			ret = -errno;
+	}
+	if (ret) {
+		rdma_reject(c->id, NULL, 0);
+		fail(c, -ret);
+		if (blocking)
+			free(c);
+		return;
+	}
+	/* The peer's time starts now: the time a burst of requests waited
+	 * for their queue pairs was ours. */
+	c->state = CONN_ACCEPTING;
+	c->deadline = rig__now_ns() + RIG_CM_HALF_OPEN_MS * 1000000ll;
+	if (!blocking)
+		rearm(c->loop);
+}
+
 /* A new request on listener @l: answer it, or reject it. */
 static void accept_step(struct rig_listener *l, const struct cm_ev *ev)
 {
 	struct rig_loop *loop = l->loop;
-	struct rdma_conn_param param;
-	struct rig_endpoint self, peer;
-	uint8_t priv[RIG_CM_PRIVATE];
-	struct rig_qp *qp;
+	struct rig_endpoint peer;
 	struct conn *c;
 	int ret;
 
@@ -395,35 +543,16 @@ static void accept_step(struct rig_listener *l, const struct cm_ev *ev)
 		return;
 	}
 	c->listener = l;
+	c->accepting = true;
 	l->handshakes++;
 	c->id = ev->id;
 	c->id->context = c;
 	c->peer = peer;
-	c->state = CONN_ACCEPTING;
-	c->deadline = rig__now_ns() + RIG_CM_HALF_OPEN_MS * 1000000ll;
+	/* No bound while its queue pair is made: that is our own work, and
+	 * RIG_CM_HANDSHAKES bounds how much of it may wait. */
+	c->deadline = INT64_MAX / 2;
 	rig__list_add(l->blocking ? &l->half_open : &loop->owned, &c->owned.link);
-	ret = rig_qp_make_in(loop, &qp);
-	if (ret)
-		goto drop;
-	c->qp = rig__qp(qp);
-	ret = rig_qp_connect(qp, &peer);
-	if (ret)
-		goto drop;
-	rig_qp_endpoint(qp, &self);
-	rig_cm_pack(&self, priv);
-	conn_param(&param, priv, c->qp);
-	if (rdma_accept(c->id, &param)) {
-		ret = -errno;
-		goto drop;
-	}
-	if (!l->blocking)
-		rearm(loop);
-	return;
-drop:
-	rdma_reject(c->id, NULL, 0);
-	fail(c, -ret);
-	if (l->blocking)
-		free(c);
+	off_loop(c, CONN_MAKING, make_and_connect_qp, accept_answer);
 }
 
 /* A connection that is up hears that its peer left, or its device went:
@@ -513,8 +642,8 @@ static void conn_tick(struct rig_loop *loop)
 	int64_t now = rig__now_ns(), end = now + RIG_CM_TICK_BUDGET_NS;
 	struct rig__list *l, *next;
 
-	/* Dropping costs a queue pair's destroy each: a few per pass, and
-	 * the timer, set to a deadline already past, fires again at once. */
+	/* A few per pass, and the timer, set to a deadline already past,
+	 * fires again at once. */
 	for (l = loop->owned.next; l != &loop->owned && rig__now_ns() < end; l = next) {
 		struct conn *c = half_open(l);
 
@@ -600,7 +729,9 @@ static void listener_close(struct rig__owned *o)
 		struct conn *c = half_open(e);
 
 		next = e->next;
-		if (c && c->listener == l) {
+		if (c && c->listener == l && c->in_job) {
+			fail(c, ECONNABORTED);	/* the helper drops it */
+		} else if (c && c->listener == l) {
 			rig__list_del(e);
 			conn_free(c);
 		}

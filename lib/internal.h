@@ -118,6 +118,14 @@ struct rig__news {
 	void (*handed)(struct rig__news *self);
 };
 
+/* Work a loop hands to its helper thread (loop.c): control calls too slow
+ * for the loop's own thread, such as making a queue pair (the kernel
+ * takes ~20 ms for one with 4095-entry rings on an emulated guest). */
+struct rig__job {
+	struct rig__list link;		/* in loop->jobs */
+	void (*work)(struct rig__job *self);
+};
+
 /* Something a loop owns besides queue pairs (listeners, half-open
  * connections): closed with the loop. */
 struct rig__owned {
@@ -148,6 +156,13 @@ struct rig_loop {
 	struct rig__list news;
 	/* conn.c, under cm_lock */
 	struct rig__list owned;
+	/* loop.c: the helper thread, started by the first job, and its
+	 * queue, under job_lock */
+	pthread_t helper;
+	bool helper_started, helper_stop;
+	pthread_mutex_t job_lock;
+	pthread_cond_t job_cond;
+	struct rig__list jobs;
 	struct rig__list link;		/* in nic->loops */
 };
 
@@ -269,9 +284,11 @@ int rig__events_cm_channel(struct rig_loop *loop,
 /* qp.c: destroys and frees a queue pair. */
 int rig__qp_free(struct rig__qp *qp);
 
-/* loop.c: queues @n for the application if it is not queued (the loop's
- * lock held); rig_nic_open's and rig_nic_close's own loop. */
+/* loop.c: queues @n for the application if it is not queued yet; runs
+ * @job on the loop's helper thread (0, or -errno when no thread can take
+ * it: run it yourself); rig_nic_open's and rig_nic_close's own loop. */
 void rig__loop_post(struct rig_loop *loop, struct rig__news *n);
+int rig__loop_defer(struct rig_loop *loop, struct rig__job *job);
 int rig__loop_open(struct rig_nic *nic, struct rig_loop **out);
 int rig__loop_free(struct rig_loop *loop);
 

@@ -15,8 +15,16 @@
  * the CQ context names the queue pair. A ring is armed when it is handed
  * out, before the application polls it dry: arm, then drain, loses no
  * wakeup.
+ *
+ * A loop's slow control calls (making and destroying the queue pairs of
+ * its connections) run on a helper thread of its own, started by the
+ * first one, so that the loop's thread never waits for the kernel to
+ * build a queue pair; each loop has its own, so no loop waits for
+ * another's.
  */
+#include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -113,6 +121,68 @@ void rig__loop_post(struct rig_loop *loop, struct rig__news *n)
 	pthread_mutex_unlock(&loop->lock);
 }
 
+static void *helper_main(void *arg)
+{
+	struct rig_loop *loop = arg;
+	struct rig__job *job;
+
+	pthread_mutex_lock(&loop->job_lock);
+	for (;;) {
+		if (loop->jobs.next == &loop->jobs) {
+			/* Stops only once every job queued ran. */
+			if (loop->helper_stop)
+				break;
+			pthread_cond_wait(&loop->job_cond, &loop->job_lock);
+			continue;
+		}
+		job = container_of(loop->jobs.next, struct rig__job, link);
+		rig__list_del(&job->link);
+		pthread_mutex_unlock(&loop->job_lock);
+		job->work(job);
+		pthread_mutex_lock(&loop->job_lock);
+	}
+	pthread_mutex_unlock(&loop->job_lock);
+	return NULL;
+}
+
+int rig__loop_defer(struct rig_loop *loop, struct rig__job *job)
+{
+	sigset_t all, old;
+	int ret = 0;
+
+	pthread_mutex_lock(&loop->job_lock);
+	if (loop->helper_stop) {
+		ret = -ESHUTDOWN;
+	} else if (!loop->helper_started) {
+		/* Signals are the application's threads' business. */
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		ret = -pthread_create(&loop->helper, NULL, helper_main, loop);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		loop->helper_started = !ret;
+	}
+	if (!ret) {
+		rig__list_add(loop->jobs.prev, &job->link);
+		pthread_cond_signal(&loop->job_cond);
+	}
+	pthread_mutex_unlock(&loop->job_lock);
+	return ret;
+}
+
+/* Runs what is queued, then ends the helper thread. */
+static void helper_stop(struct rig_loop *loop)
+{
+	bool started;
+
+	pthread_mutex_lock(&loop->job_lock);
+	loop->helper_stop = true;
+	started = loop->helper_started;
+	pthread_cond_signal(&loop->job_cond);
+	pthread_mutex_unlock(&loop->job_lock);
+	if (started)
+		pthread_join(loop->helper, NULL);
+}
+
 int rig__loop_open(struct rig_nic *nic, struct rig_loop **out)
 {
 	struct rig_loop *loop;
@@ -128,6 +198,7 @@ int rig__loop_open(struct rig_nic *nic, struct rig_loop **out)
 	loop->nic = nic;
 	rig__list_init(&loop->news);
 	rig__list_init(&loop->owned);
+	rig__list_init(&loop->jobs);
 	ret = rig__events_open(loop);
 	if (ret) {
 		free(loop);
@@ -135,6 +206,8 @@ int rig__loop_open(struct rig_nic *nic, struct rig_loop **out)
 	}
 	pthread_mutex_init(&loop->lock, NULL);
 	pthread_mutex_init(&loop->cm_lock, NULL);
+	pthread_mutex_init(&loop->job_lock, NULL);
+	pthread_cond_init(&loop->job_cond, NULL);
 	pthread_mutex_lock(&nic->lock);
 	rig__list_add(&nic->loops, &loop->link);
 	pthread_mutex_unlock(&nic->lock);
@@ -166,7 +239,9 @@ int rig__loop_free(struct rig_loop *loop)
 	struct rig__qp *qp;
 	int ret = 0, r;
 
-	/* Listeners and half-open connections first: they make queue pairs. */
+	/* The helper's jobs end first (they take cm_lock to finish), then
+	 * listeners and half-open connections: they make queue pairs. */
+	helper_stop(loop);
 	pthread_mutex_lock(&loop->cm_lock);
 	while (loop->owned.next != &loop->owned) {
 		struct rig__owned *o = container_of(loop->owned.next, struct rig__owned, link);
@@ -200,6 +275,8 @@ int rig__loop_free(struct rig_loop *loop)
 	rig__events_close(loop);
 	pthread_mutex_destroy(&loop->lock);
 	pthread_mutex_destroy(&loop->cm_lock);
+	pthread_mutex_destroy(&loop->job_lock);
+	pthread_cond_destroy(&loop->job_cond);
 	free(loop);
 	return ret;
 }

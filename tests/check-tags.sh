@@ -38,11 +38,13 @@ if [ -n "$dups" ]; then
 fi
 letters=CDFMPQT$(cut -c1 "$tmp/defs" | sort -u | tr -d '\n')
 
-# The sources: README, the page itself, and the text files of include/,
-# lib/, tests/, examples/ (by name, or scripts by their "#!").
+# The sources: README, the page itself, the other man pages, and the
+# text files of include/, lib/, tests/, examples/ (by name, or scripts
+# by their "#!").
 {
 	echo "$top/README"
 	echo "$page"
+	find "$top/man" -name '*.3.md'
 	find "$top/include" "$top/lib" "$top/tests" "$top/examples" \
 		-name '.*' -prune -o -type f -print
 } | sort | while IFS= read -r f; do

@@ -1048,8 +1048,8 @@ static void raw_open(struct raw *r, int n, uint16_t port, bool garbage_kinds)
 /*
  * The child's work. Each id's request must end REJECTED: the server
  * rejects garbage, and requests beyond RIG_CM_HANDSHAKES, at once; it
- * drops a half-open connection RIG_CM_HALF_OPEN_MS after it took the
- * request (its rdma_cm sends REJ when the id goes), which the client sees
+ * drops a half-open connection RIG_CM_HALF_OPEN_MS after it replied
+ * (its rdma_cm sends REJ when the id goes), which the client sees
  * no sooner than that after its request and, give or take the margin, no
  * later than that after the reply; and it never lets a stalled one become
  * a connection. A flood's requests may wait in the server's kernel before
@@ -1065,7 +1065,10 @@ static void kid_run(struct kid *k, int idx, uint16_t port, int out)
 	int i;
 
 	r.hold = k->mode == K_STALL_UNREAD;
-	r.qp_top = 0xffffff - 4096 * (uint32_t)idx;
+	/* Queue pair numbers no earlier test used: the server's CM keeps a
+	 * dropped connection's numbers for a while (time-wait) and rejects a
+	 * new request that names them again as stale. */
+	r.qp_top = 0xffffff - 4096 * (uint32_t)(idx + 8 * (getpid() % 500));
 	raw_open(&r, n, port, k->mode == K_GARBAGE);
 	/* every request out */
 	end = t_now_ms() + 30000;
@@ -1092,8 +1095,8 @@ static void kid_run(struct kid *k, int idx, uint16_t port, int out)
 		raw_pump(&r, 0);
 		T_CHILD_CHECK(r.replied == 1 && r.ended == 1 &&
 			      r.v[0].end == RDMA_CM_EVENT_REJECTED,
-			      "%s: %d replies, ended by event %d within %.0f ms",
-			      kmode_name[k->mode], r.replied, r.v[0].end, bound);
+			      "%s: %d replies, ended by event %d (status %d) within %.0f ms",
+			      kmode_name[k->mode], r.replied, r.v[0].end, r.v[0].status, bound);
 		break;
 	}
 	default:

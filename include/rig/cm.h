@@ -23,7 +23,8 @@
  *   bounds run on the loop's clock (a timer in rig_loop_fd());
  * - blocking, for programs without a loop: rig_listen() with rig_accept(),
  *   and rig_dial().
- * A handshake the peer leaves half-done is dropped after RIG_CM_HALF_OPEN_MS.
+ * A handshake the peer leaves half-done is dropped RIG_CM_HALF_OPEN_MS
+ * after rig's answer.
  * A listener keeps at most RIG_CM_HANDSHAKES under way and rejects requests
  * beyond them (the client's dial ends with -ECONNREFUSED; it may try
  * again), so a flood of requests costs a reject each, not a queue pair
@@ -45,7 +46,8 @@ struct rig_listener;
 
 /* What goes in the private data: the tag "rig1", then the endpoint. */
 #define RIG_CM_PRIVATE 34
-/* How long an accepted request may take to become a connection. */
+/* How long a handshake may wait for the peer's next step: from the
+ * dialer's request until rig's answer is no part of it. */
 #define RIG_CM_HALF_OPEN_MS 3000
 /* Handshakes a listener keeps under way; it rejects requests beyond. */
 #define RIG_CM_HANDSHAKES 64

@@ -5,6 +5,7 @@
  * rig: reliable-connected RDMA queue pairs whose every failure has a
  * defined, ordered outcome. Include this header for the whole API.
  */
+#include <rig/version.h>
 #include <rig/nic.h>
 #include <rig/region.h>
 #include <rig/endpoint.h>
