@@ -77,6 +77,11 @@ static const char GREETING[MSG] = "rig test_conn: hello, client...";
 /* What a busy two-core machine running an emulated guest may add to a
  * bound before its outcome is seen. */
 #define MARGIN_MS 3000
+/* The latest the server may drop a half-open connection after its answer:
+ * RIG_CM_HALF_OPEN_MS, then the loop's next deadline pass, which comes once
+ * the rdma_cm channel is read dry or, under a flood that never lets it
+ * run dry, RIG_CM_HALF_OPEN_MS after the pass before at the latest. */
+#define DROP_MAX_MS (2 * RIG_CM_HALF_OPEN_MS)
 /* Honest dials under way at once from one loop: a loop makes a queue
  * pair per dial (19 ms in the emulated guest, twice that under ASan) and
  * answers replies in turn, so with 200 under way a reply would wait
@@ -862,6 +867,9 @@ struct kreport {
 	int n, replied, rejected_at_once;
 	int at_once_status;	/* the REJ reason of one rejected at once */
 	double drop_min_ms, drop_max_ms;	/* request to REJECTED, when replied */
+	double after_reply_max_ms;	/* reply to REJECTED, the longest */
+	int after_reply_max_i;		/* of which request */
+	double unread_late_ms;	/* the REJ came this late to one reading late */
 };
 
 struct kid {
@@ -1049,15 +1057,17 @@ static void raw_open(struct raw *r, int n, uint16_t port, bool garbage_kinds)
  * The child's work. Each id's request must end REJECTED: the server
  * rejects garbage, and requests beyond RIG_CM_HANDSHAKES, at once; it
  * drops a half-open connection RIG_CM_HALF_OPEN_MS after it replied
- * (its rdma_cm sends REJ when the id goes), which the client sees
- * no sooner than that after its request and, give or take the margin, no
- * later than that after the reply; and it never lets a stalled one become
- * a connection. A flood's requests may wait in the server's kernel before
- * rig takes them, so all of them get twice the bound to end.
+ * (its rdma_cm sends REJ when the id goes), which the client sees no
+ * sooner than that after its request; and it never lets a stalled one
+ * become a connection. How late after the reply each REJ came goes to the
+ * test, which holds it to DROP_MAX_MS plus what the machine stalled a
+ * loop meanwhile (kid_reap). The child waits for every request's end
+ * (CHILD_WAIT_MS, a liveness bound: the child's alarm is 60 s).
  */
+#define CHILD_WAIT_MS 40000
 static void kid_run(struct kid *k, int idx, uint16_t port, int out)
 {
-	double bound = RIG_CM_HALF_OPEN_MS + MARGIN_MS, end, last;
+	double bound = DROP_MAX_MS + MARGIN_MS, end, last;
 	struct kreport *rep = &k->rep;
 	struct raw r = { 0 };
 	int n = k->mode == K_FLOOD ? FLOOD : k->mode == K_GARBAGE ? G_KINDS : 1;
@@ -1083,7 +1093,9 @@ static void kid_run(struct kid *k, int idx, uint16_t port, int out)
 			pause();
 	case K_STALL_UNREAD: {
 		/* Reads nothing until the bound: by then the reply and the
-		 * server's REJ must both be waiting. */
+		 * server's REJ should both be waiting. How much later the REJ
+		 * came, if later, goes to the test (the machine may have
+		 * stalled the server), which holds it to the stall it saw. */
 		struct timespec ts;
 		double at = r.v[0].t_connect + bound;
 
@@ -1092,23 +1104,30 @@ static void kid_run(struct kid *k, int idx, uint16_t port, int out)
 		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 			;
 		r.hold = false;
-		raw_pump(&r, 0);
+		at = t_now_ms();
+		end = at + CHILD_WAIT_MS;
+		do
+			raw_pump(&r, end);
+		while (!r.ended && t_now_ms() < end);
+		if (r.v[0].t_end > at + 1)
+			rep->unread_late_ms = r.v[0].t_end - at;
 		T_CHILD_CHECK(r.replied == 1 && r.ended == 1 &&
 			      r.v[0].end == RDMA_CM_EVENT_REJECTED,
-			      "%s: %d replies, ended by event %d (status %d) within %.0f ms",
-			      kmode_name[k->mode], r.replied, r.v[0].end, r.v[0].status, bound);
+			      "%s: %d replies, ended by event %d (status %d) %.0f ms after "
+			      "the request", kmode_name[k->mode], r.replied, r.v[0].end,
+			      r.v[0].status, bound + CHILD_WAIT_MS);
 		break;
 	}
 	default:
 		for (last = i = 0; i < n; i++)
 			if (r.v[i].t_connect > last)
 				last = r.v[i].t_connect;
-		end = last + 2 * bound;
+		end = last + CHILD_WAIT_MS;
 		while ((k->mode == K_KILL_REPLY ? r.replied : r.ended) < n) {
 			T_CHILD_CHECK(t_now_ms() < end,
-				      "%s: %d of %d requests still open %.0f ms after the last went out (%d replied, %d ended)",
-				      kmode_name[k->mode], n - r.ended, n, 2 * bound, r.replied,
-				      r.ended);
+				      "%s: %d of %d requests still open %d ms after the last went out (%d replied, %d ended)",
+				      kmode_name[k->mode], n - r.ended, n, CHILD_WAIT_MS,
+				      r.replied, r.ended);
 			raw_pump(&r, end);
 			if (k->mode == K_STALL_REPLY && r.replied == n && !said) {
 				kid_say(out, 'r');
@@ -1141,9 +1160,10 @@ static void kid_run(struct kid *k, int idx, uint16_t port, int out)
 		T_CHILD_CHECK(dt >= RIG_CM_HALF_OPEN_MS,
 			      "%s: request %d dropped %.0f ms after it went out, before %d ms",
 			      kmode_name[k->mode], i, dt, RIG_CM_HALF_OPEN_MS);
-		T_CHILD_CHECK(d->t_end - d->t_reply <= bound,
-			      "%s: request %d dropped %.0f ms after the reply came, past %.0f ms",
-			      kmode_name[k->mode], i, d->t_end - d->t_reply, bound);
+		if (d->t_end - d->t_reply > rep->after_reply_max_ms) {
+			rep->after_reply_max_ms = d->t_end - d->t_reply;
+			rep->after_reply_max_i = i;
+		}
 		if (dt < rep->drop_min_ms)
 			rep->drop_min_ms = dt;
 		if (dt > rep->drop_max_ms)
@@ -1225,9 +1245,17 @@ static void kid_launch(struct kid *k)
 	}
 }
 
-/* Waits for the child's end: its report, or death by SIGKILL if killed. */
-static void kid_reap(struct kid *k)
+/*
+ * Waits for the child's end: its report, or death by SIGKILL if killed.
+ * Each REJ came at most DROP_MAX_MS after the reply, plus MARGIN_MS for
+ * the REJ's way and the child's turn, plus @stall_ms: the longest the
+ * machine kept a loop that does nothing from running, in the same run (0
+ * without one).
+ */
+static void kid_reap(struct kid *k, double stall_ms)
 {
+	double bound = DROP_MAX_MS + MARGIN_MS + stall_ms;
+
 	int status;
 	char c;
 
@@ -1246,6 +1274,15 @@ static void kid_reap(struct kid *k)
 			  t_child_msg());
 	if (k->killed)
 		return;
+	cr_assert_leq(k->rep.after_reply_max_ms, bound,
+		      "%s: request %d dropped %.0f ms after the reply came, past %.0f ms "
+		      "(%d + %d ms, and %.0f ms the control loop was stalled)",
+		      kmode_name[k->mode], k->rep.after_reply_max_i, k->rep.after_reply_max_ms,
+		      bound, DROP_MAX_MS, MARGIN_MS, stall_ms);
+	cr_assert_leq(k->rep.unread_late_ms, stall_ms,
+		      "%s: the REJ came %.0f ms after %d ms past the request (%.0f ms the "
+		      "control loop was stalled)", kmode_name[k->mode], k->rep.unread_late_ms,
+		      DROP_MAX_MS + MARGIN_MS, stall_ms);
 	if (k->rep.rejected_at_once)
 		cr_log_info("%s: %d of %d requests rejected at once (REJ reason %d)",
 			    kmode_name[k->mode], k->rep.rejected_at_once, k->rep.n,
@@ -1499,6 +1536,7 @@ struct attack {
 	int nkids;
 	struct mark before;
 	int honest;
+	struct gaps *stall;	/* a control loop's, if one runs beside */
 };
 
 static void attack_fork(struct attack *a, uint16_t port, const enum kmode *modes, int n)
@@ -1539,12 +1577,13 @@ static void attack_end(struct attack *a, const char *what)
 	int i;
 
 	for (i = 0; i < a->nkids; i++)
-		kid_reap(&a->kids[i]);
+		kid_reap(&a->kids[i], a->stall ? gaps_stats(a->stall).max : 0);
 	/* The children that lived have seen the REJ of every request they
 	 * kept: what is left are honest clients leaving, and what killed
 	 * ones left, dropped by RIG_CM_HALF_OPEN_MS after the kill. */
 	t0 = t_now_ms();
-	t = wait_server_empty(&a->s, t0 + RIG_CM_HALF_OPEN_MS + MARGIN_MS, what);
+	t = wait_server_empty(&a->s, t0 + RIG_CM_HALF_OPEN_MS + MARGIN_MS +
+					     (a->stall ? gaps_stats(a->stall).max : 0), what);
 	cr_log_info("%s: the server held no connection %.0f ms after the children ended",
 		    what, t - t0);
 	srv_check(&a->s);
@@ -1703,6 +1742,7 @@ Test(conn, tick_gap_under_attack, .timeout = 240, .fini = tick_report)
 
 	attack_fork(a, port, modes, 6);
 	ctl_start(&tick_c);	/* before the marks: its fds and gaps stay */
+	a->stall = &tick_c.gaps;
 	attack_ready(a, port, true);
 	attack_launch(a);
 	attack_honest(a, HONEST);
