@@ -591,7 +591,7 @@ int main(int argc, char *argv[])
 	       mcr);
 	fprintf(stderr, "connections: rig %.0f/s, plain librdmacm %.0f/s (%d per round, %d in flight, median of %d rounds): %.2fx [%.2f-%.2f] (target >= 0.9)\n",
 		mrig, mraw, conns, queue, rounds, mr, ratio[0], ratio[rounds - 1]);
-	fprintf(stderr, "connections: CPU of the connecting thread per connection (both sides; the kernel's own work elsewhere): rig %.0f us, plain librdmacm %.0f us: %.2fx\n",
+	fprintf(stderr, "connections: CPU of the process per connection (both sides, helper threads included): rig %.0f us, plain librdmacm %.0f us: %.2fx\n",
 		mcrig, mcraw, mcr);
 	return 0;
 }
