@@ -260,6 +260,53 @@ double t_now_ms(void)
 	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+static double stall_max;	/* atomic */
+
+static void *stall_meter(void *arg)
+{
+	struct timespec ts;
+	double last = t_now_ms(), now, gap, max = 0;
+
+	(void)arg;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	for (;;) {
+		ts.tv_nsec += 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+		now = t_now_ms();
+		gap = now - last;
+		last = now;
+		/* A wake-up that was late starts the next tick from now. */
+		if (gap > 1.5)
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+		if (gap > max) {
+			max = gap;
+			__atomic_store(&stall_max, &max, __ATOMIC_RELAXED);
+		}
+	}
+	return NULL;
+}
+
+void t_stall_start(void)
+{
+	pthread_t t;
+
+	cr_assert_eq(pthread_create(&t, NULL, stall_meter, NULL), 0);
+	cr_assert_eq(pthread_detach(t), 0);
+}
+
+double t_stall_max_ms(void)
+{
+	double max;
+
+	__atomic_load(&stall_max, &max, __ATOMIC_RELAXED);
+	return max;
+}
+
 struct rig_completion t_take(struct rig_qp *qp, enum rig_side side, int ms)
 {
 	struct rig_completion c;

@@ -14,6 +14,17 @@ const char *t_peer_dev(void);
 const char *t_netdev(void);
 const char *t_peer_netdev(void);
 
+/*
+ * The stall meter: a thread that asks for nothing but to wake every
+ * millisecond. The longest gap between its wake-ups is how long the
+ * machine (a busy host, the emulated guest's scheduling) kept a thread
+ * from running during the test: what a bound on a wake-up or a notice
+ * adds for the machine, measured in the same run rather than guessed.
+ * t_stall_start() once per test; t_stall_max_ms() at any time after.
+ */
+void t_stall_start(void);
+double t_stall_max_ms(void);
+
 /* Opens a NIC; fails the test if it cannot. */
 struct rig_nic *t_nic_open(const char *name);
 

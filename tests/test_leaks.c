@@ -254,10 +254,14 @@ static void *take_events(void *arg)
  * to b) and sends to d every tenth round; another sleeps in rig_qp_wait
  * on d; a third calls rig_nic_events all along. Under ThreadSanitizer,
  * any access to shared state without its lock or atomics is a report.
+ * 2000 rounds, or $RIG_TEST_RACE_ROUNDS (a multiple of 10; tests/run-all's
+ * short TSan run takes fewer).
  */
 Test(races, nic_events_beside_the_hot_path_and_a_sleeper, .timeout = 600)
 {
-	enum { ROUNDS = 2000, EVERY = 10 };
+	enum { EVERY = 10 };
+	const char *env = getenv("RIG_TEST_RACE_ROUNDS");
+	const int rounds = env ? atoi(env) : 2000;
 	struct rig_nic *nic = t_nic_open(t_dev());
 	struct rig_qp *a = t_qp(nic), *b = t_qp(nic), *c = t_qp(nic), *d = t_qp(nic);
 	struct t_buf src, dst, dst_d;
@@ -268,6 +272,7 @@ Test(races, nic_events_beside_the_hot_path_and_a_sleeper, .timeout = 600)
 	void *ret;
 	int i;
 
+	cr_assert(rounds >= EVERY && rounds % EVERY == 0, "RIG_TEST_RACE_ROUNDS=%s", env);
 	t_connect(a, b);
 	t_connect(c, d);
 	t_buf(&src, nic, 4096, 1);
@@ -276,10 +281,10 @@ Test(races, nic_events_beside_the_hot_path_and_a_sleeper, .timeout = 600)
 	memset(&s, 0, sizeof(s));
 	s.qp = d;
 	s.r = dst_d.r;
-	s.n = ROUNDS / EVERY;
+	s.n = rounds / EVERY;
 	cr_assert_eq(pthread_create(&ts, NULL, sleep_for_each, &s), 0);
 	cr_assert_eq(pthread_create(&te, NULL, take_events, &e), 0);
-	for (i = 0; i < ROUNDS; i++) {
+	for (i = 0; i < rounds; i++) {
 		cr_assert_eq(rig_qp_receive(b, dst.r, 0, 64), 0, "%s", rig_errmsg());
 		cr_assert_eq(rig_qp_send(a, src.r, 0, 64), 0, "%s", rig_errmsg());
 		k = t_take(a, RIG_SEND, 5000);
@@ -296,11 +301,11 @@ Test(races, nic_events_beside_the_hot_path_and_a_sleeper, .timeout = 600)
 	}
 	cr_assert_eq(pthread_join(ts, &ret), 0);
 	cr_assert_null(ret, "sleeper: %s", s.msg);
-	cr_assert_eq(s.got, ROUNDS / EVERY);
+	cr_assert_eq(s.got, rounds / EVERY);
 	__atomic_store_n(&e.stop, 1, __ATOMIC_RELEASE);
 	cr_assert_eq(pthread_join(te, &ret), 0);
 	cr_assert_null(ret, "rig_nic_events returned %d", e.ret);
 	cr_assert_geq(e.calls, 1);
-	cr_log_info("%d rounds, %d sleeps, %ld rig_nic_events calls", ROUNDS, s.got, e.calls);
+	cr_log_info("%d rounds, %d sleeps, %ld rig_nic_events calls", rounds, s.got, e.calls);
 	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A randomised model test on the device (rig(7) Q1-Q3, P1-P4, T1, T2, F3, F5,
- * F6, D1). Sixteen queue pairs, eight connected pairs (in the two-host
+ * A randomised model test on the device (rig(7) Q1-Q3, P1-P4, T1, T2, F1, F3,
+ * F5, F6, D1). Sixteen queue pairs, eight connected pairs (in the two-host
  * topology four of them across rxe0 <-> rxe1), take a seeded random mix of
  * posts (single and batched sends, receives, reads between queue pairs of
  * one NIC, sizes from 0 to the device's message limit), polls, batch polls
@@ -12,9 +12,22 @@
  *     after its retries (D1);
  *   - two hosts only, once in one seed of CUT_EVERY (a cut costs seconds):
  *     a cut wire (netem loss 100% on both veth ends), and both ends of
- *     every pair across it send: each fails with -ETIMEDOUT.
- * Async events are not injected here: test_event.c does that, in a child
- * process, since ibv_destroy_qp hangs on a queue pair that got one.
+ *     every pair across it send: each fails with -ETIMEDOUT;
+ *   - an async event QP_FATAL, QP_REQ_ERR or QP_ACCESS_ERR for one queue
+ *     pair (F1): it fails with -EIO, -EPROTO or -EACCES, its peer not at
+ *     all; and DEVICE_FATAL for a NIC (F6): every queue pair of that NIC
+ *     fails with -ENODEV, those of the other NIC not at all.
+ * Soft-RoCE raises no such event, so they are injected as test_event.c
+ * does: a pipe stands in for the NIC's async fd while rig_nic_events reads
+ * the real event record written into it, which libibverbs parses. Each
+ * event comes at a step of its own, from (seed, step). The real queue pair
+ * stays RTS, so the NIC still runs what was posted before the event: an
+ * entry whose completion rig finds in its queue keeps its own result, the
+ * rest fail with the event's error (F3, F6), and posts after it reach no
+ * NIC (F5). A queue-pair event that the kernel never counted would make
+ * ibv_destroy_qp wait for ever (test_event.c runs its events in a child
+ * for that reason); here the test takes back the count that rig's
+ * ibv_ack_async_event added, so the pair is destroyed like any other.
  *
  * After every step the test checks what rig did against a model of the
  * rules: room is 4095 minus the entries posted and not taken (Q1); each
@@ -47,6 +60,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+#include <rdma/ib_user_verbs.h>
 
 #include "t_device.h"
 
@@ -171,6 +188,7 @@ struct nicbuf {
 	uint8_t *mem;
 	size_t len;
 	struct rig_region *r;
+	int async_fd;		/* its context's */
 };
 
 static struct nicbuf nb[2];
@@ -220,6 +238,7 @@ struct mqp {
 	int err;		/* the error its fault must give, or 0 */
 	int known;		/* an error completion was taken */
 	int fault_sent;		/* its send ring holds an entry that must fail */
+	int evented;		/* rig knows of an async event that failed it */
 	const char *why;
 	uint32_t tx_seq;
 };
@@ -229,7 +248,7 @@ static struct mqp m[NQP];
 /* What a seed did, printed after it: proof that the mix is what it says. */
 static struct {
 	unsigned long send, recv, read, big, batch, taken_ok, taken_err;
-	unsigned long too_long, destroyed, cuts;
+	unsigned long too_long, destroyed, cuts, qp_events, nic_events;
 } st;
 static int doom_step[NPAIR];	/* 0: healthy; else the step of its fault */
 
@@ -263,7 +282,7 @@ static struct ent *push(struct mqp *q, int side)
 	e->want = UNMATCHED;
 	/* F5: posted once the failure is known, or behind an entry of
 	 * the same ring that must fail (Q2). */
-	e->must_fail = q->known || (side == RIG_SEND && q->fault_sent);
+	e->must_fail = q->known || q->evented || (side == RIG_SEND && q->fault_sent);
 	r->head++;
 	return e;
 }
@@ -670,23 +689,59 @@ static void finish_drain(int pair)
 {
 	int i, side;
 
+	/* The end an event spared first: its receives hold what the NIC
+	 * still sends for the failed end, whose send slots must not be
+	 * written again before that arrived. */
+	for (i = 0; i < 2; i++) {
+		struct mqp *q = &m[2 * pair + i];
+		struct mring *r = &q->r[RIG_RECEIVE];
+		struct rig_completion c;
+		int ret;
+
+		if (!q->qp || q->err)
+			continue;
+		drain(q, RIG_SEND);
+		/* Its unmatched receives get no send: left to the destroy. */
+		while (r->tail < r->matched) {
+			ret = rig_qp_wait(q->qp, RIG_RECEIVE, WAIT_US, &c);
+			CHK(ret == 1, "qp %d receive entry %u did not complete in %d s: %d",
+			    q->g, r->tail, WAIT_US / 1000000, ret);
+			take(q, RIG_RECEIVE, &c, 0, 0);
+		}
+		ret = rig_qp_failure(q->qp, NULL);
+		CHK(ret == 0, "qp %d: rig_qp_failure %d, but the event was its peer's",
+		    q->g, ret);
+	}
+	/* Both failed ends are drained before either posts again: a send
+	 * slot written anew may still be on its way to the peer. */
+	for (i = 0; i < 2; i++) {
+		struct mqp *q = &m[2 * pair + i];
+
+		if (q->qp && q->err)
+			for (side = 0; side < 2; side++)
+				drain(q, side);
+	}
 	for (i = 0; i < 2; i++) {
 		struct mqp *q = &m[2 * pair + i];
 		int err;
 
-		if (!q->qp)
+		if (!q->qp || !q->err)
 			continue;
+		/* After an event every due entry may have had its own result
+		 * in the queue; the posts below then show the failure. */
+		err = rig_qp_failure(q->qp, NULL);
+		CHK((q->evented && !q->known) || err == q->err, "qp %d: rig_qp_failure "
+		    "%d, the fault's error %d, %s error completion taken", q->g, err,
+		    q->err, q->known ? "an" : "no");
+		post_receive(q, 0);
+		post_send(q, pick_size(SLOT_SZ), 0);
+		check_room(q);
 		for (side = 0; side < 2; side++)
 			drain(q, side);
 		err = rig_qp_failure(q->qp, NULL);
 		CHK(q->known && err == q->err, "qp %d: rig_qp_failure %d, the fault's "
 		    "error %d, %s error completion taken", q->g, err, q->err,
 		    q->known ? "an" : "no");
-		post_receive(q, 0);
-		post_send(q, pick_size(SLOT_SZ), 0);
-		check_room(q);
-		for (side = 0; side < 2; side++)
-			drain(q, side);
 	}
 }
 
@@ -825,6 +880,84 @@ static void fault_cut(void)
 			remake(pair);
 }
 
+/* ---- async events (F1, F6) --------------------------------------------- */
+
+/*
+ * A pipe holding one event record stands in for the NIC's async fd while
+ * rig_nic_events reads it (its read end non-blocking, as rig made the real
+ * one); then the real one is put back, for the kernel refuses to make a
+ * completion queue or queue pair for a context whose async fd is a pipe.
+ */
+static void inject(struct nicbuf *b, uint64_t element, enum ibv_event_type type)
+{
+	struct ib_uverbs_async_event_desc d = { element, type, 0 };
+	int real = dup(b->async_fd), p[2], ret;
+
+	CHK(real >= 0 && pipe(p) == 0 && fcntl(p[0], F_SETFL, O_NONBLOCK) == 0 &&
+	    dup2(p[0], b->async_fd) == b->async_fd, "the pipe for event %d: %m", type);
+	CHK(write(p[1], &d, sizeof(d)) == sizeof(d), "injecting event %d: %m", type);
+	ret = rig_nic_events(b->nic);
+	CHK(dup2(real, b->async_fd) == b->async_fd, "the real async fd back: %m");
+	close(real);
+	close(p[0]);
+	close(p[1]);
+	CHK(ret == 1, "rig_nic_events after injecting event %d: %d %s", type, ret,
+	    rig_errmsg());
+}
+
+/* ibv_ack_async_event counted the event on the queue pair; the kernel
+ * never did, and ibv_destroy_qp waits until the two counts agree. */
+static void uncount(struct ibv_qp *ibqp)
+{
+	pthread_mutex_lock(&ibqp->mutex);
+	ibqp->events_completed--;
+	pthread_mutex_unlock(&ibqp->mutex);
+}
+
+static void evented(struct mqp *q, int err, int pair)
+{
+	q->err = err;
+	q->evented = 1;
+	doom_step[pair] = (int)step;
+}
+
+/* F1: QP_FATAL, QP_REQ_ERR or QP_ACCESS_ERR for one end of @pair. */
+static void fault_qp_event(int pair)
+{
+	static const struct {
+		enum ibv_event_type type;
+		int err;
+	} ev[] = {
+		{ IBV_EVENT_QP_FATAL, -EIO },
+		{ IBV_EVENT_QP_REQ_ERR, -EPROTO },
+		{ IBV_EVENT_QP_ACCESS_ERR, -EACCES },
+	};
+	struct mqp *x = &m[2 * pair + below(2)];
+	int k = (int)below(3);
+
+	st.qp_events++;
+	inject(&nb[x->ni], (uintptr_t)x->qp->ibqp, ev[k].type);
+	uncount(x->qp->ibqp);
+	evented(x, ev[k].err, pair);
+}
+
+/* F6: DEVICE_FATAL fails every queue pair of one NIC; pairs a fault hit
+ * before are finished first, so that each failure has one cause. */
+static void fault_nic_event(void)
+{
+	int ni = (int)below((uint32_t)nnic), pair, i;
+
+	for (pair = 0; pair < NPAIR; pair++)
+		if (doom_step[pair])
+			finish(pair);
+	st.nic_events++;
+	inject(&nb[ni], 0, IBV_EVENT_DEVICE_FATAL);
+	for (pair = 0; pair < NPAIR; pair++)
+		for (i = 0; i < 2; i++)
+			if (m[2 * pair + i].ni == ni)
+				evented(&m[2 * pair + i], -ENODEV, pair);
+}
+
 /* ---- one step ---------------------------------------------------------- */
 
 static void one_step(void)
@@ -866,6 +999,11 @@ static void one_step(void)
 	} else if (op < 973) {
 		if (healthy)
 			fault_destroy(pair);
+	} else if (op < 977) {
+		if (healthy)
+			fault_qp_event(pair);
+	} else if (op < 978) {
+		fault_nic_event();
 	} else {
 		if (healthy)
 			settle(pair);
@@ -917,9 +1055,10 @@ static void run_seed(unsigned long long s, unsigned long steps)
 	fprintf(stderr, "test_model: seed %llu: %lu steps in %.1f s: %lu sends "
 		"(%lu of %u bytes), %lu receives, %lu reads, %lu batches; %lu "
 		"completions ok, %lu failed; faults: %lu too long, %lu destroyed, "
-		"%lu cuts\n", seed, step - 1, (t_now_ms() - t0) / 1000, st.send,
-		st.big, big, st.recv, st.read, st.batch, st.taken_ok, st.taken_err,
-		st.too_long, st.destroyed, st.cuts);
+		"%lu cuts, %lu queue-pair events, %lu DEVICE_FATAL\n", seed,
+		step - 1, (t_now_ms() - t0) / 1000, st.send, st.big, big, st.recv,
+		st.read, st.batch, st.taken_ok, st.taken_err, st.too_long,
+		st.destroyed, st.cuts, st.qp_events, st.nic_events);
 }
 
 /* ---- fixture ----------------------------------------------------------- */
@@ -927,6 +1066,7 @@ static void run_seed(unsigned long long s, unsigned long steps)
 static void nic_setup(int i, const char *name)
 {
 	struct nicbuf *b = &nb[i];
+	struct rig_qp *probe;
 	size_t k;
 	int ret;
 
@@ -939,6 +1079,9 @@ static void nic_setup(int i, const char *name)
 	ret = rig_region_register(b->nic, b->mem, b->len, &b->r);
 	cr_assert_eq(ret, 0, "rig_region_register(%zu bytes): %d %s", b->len, ret,
 		     rig_errmsg());
+	probe = t_qp(b->nic);
+	b->async_fd = probe->ibqp->context->async_fd;
+	cr_assert_eq(rig_qp_destroy(probe), 0);
 }
 
 static void setup(void)
@@ -981,7 +1124,7 @@ static void regions_release(void)
 	}
 }
 
-Test(model, Q1_Q2_Q3_P1_P3_P4_T1_T2_F3_F5_F6_D1_random_operations)
+Test(model, Q1_Q2_Q3_P1_P3_P4_T1_T2_F1_F3_F5_F6_D1_random_operations)
 {
 	const char *env = getenv("RIG_TEST_SEED");
 	unsigned long steps = STEPS;

@@ -5,9 +5,10 @@
  * 32 pairs of queue pairs, one end on $RIG_TEST_DEV (rxe0), the other on
  * $RIG_TEST_PEER_DEV (rxe1), so every packet crosses the veth pair. For the
  * whole run both ends of the veth carry a netem qdisc that loses 1% of the
- * packets, duplicates 1% and adds 0-2 ms of jitter, but does not reorder
- * (see NETEM below; $RIG_TEST_NETEM replaces it, $RIG_TEST_INFLIGHT the
- * depth, for measuring). Every queue pair sends to its peer and receives
+ * packets, duplicates 1%, sends 1% ahead of those queued before them and
+ * adds 0-2 ms of jitter (see NETEM below; $RIG_TEST_NETEM replaces it,
+ * $RIG_TEST_INFLIGHT the depth, for measuring). Each run checks with
+ * `tc -s` that netem did reorder packets. Every queue pair sends to its peer and receives
  * from it; its send ring is kept as full as the load limit allows (INFLIGHT sends) and its receive ring
  * holds RSLOTS receives, reposted as each completes.
  *
@@ -128,17 +129,45 @@ static void wire_clean(void)
 }
 
 /*
- * Loss, duplication and 0-2 ms of jitter, on both directions. "rate"
- * keeps the jitter from reordering the packets: netem then times each
- * packet from the one before it. Reordering is left out: rxe answers an
- * out-of-order packet with a sequence NAK and a go-back-N retry that
- * counts against the retry budget (6), and in the emulated guest a pair
- * failed with retries exhausted within seconds, rig's and raw verbs'
- * alike, with free jitter (1 ms +- 1 ms without "rate") every run, and
- * with "reorder 25% 50%" added to this line in 2 runs of 4. Put it back
- * with $RIG_TEST_NETEM to measure.
+ * Loss, duplication, reordering and 0-2 ms of jitter, on both directions.
+ * "reorder 1%" sends one packet in a hundred at once, ahead of the packets
+ * queued before it (netem counts each as a requeue, which
+ * netem_reorders() reads back). "rate" keeps the jitter itself from
+ * reordering: netem then times each packet from the one before it. More
+ * reordering does not hold: rxe answers an out-of-order packet with a
+ * sequence NAK and a go-back-N retry that counts against the retry budget
+ * (6), and in the emulated guest a pair failed with retries exhausted
+ * within seconds, rig's and raw verbs' alike, with free jitter (1 ms +- 1
+ * ms without "rate") every run, and with "reorder 25% 50%" in 2 runs of 4.
  */
-static const char *NETEM = "loss 1% duplicate 1% delay 1ms 1ms rate 10gbit";
+static const char *NETEM = "loss 1% duplicate 1% delay 1ms 1ms reorder 1% rate 10gbit";
+
+/* The packets netem reordered on both ends so far: the requeues of
+ * `tc -s qdisc show`. */
+static long netem_reorders(void)
+{
+	const char *dev[2] = { t_netdev(), t_peer_netdev() };
+	char cmd[128], line[256];
+	long total = 0, n;
+	int i, found;
+
+	for (i = 0; i < 2; i++) {
+		FILE *f;
+		char *at;
+
+		snprintf(cmd, sizeof(cmd), "tc -s qdisc show dev %s", dev[i]);
+		f = popen(cmd, "r");
+		cr_assert_not_null(f, "%s", cmd);
+		found = 0;
+		while (fgets(line, sizeof(line), f))
+			if ((at = strstr(line, "requeues ")) && strstr(line, "dropped") &&
+			    sscanf(at, "requeues %ld", &n) == 1 && !found++)
+				total += n;
+		cr_assert_eq(pclose(f), 0, "%s failed", cmd);
+		cr_assert_eq(found, 1, "%s: no netem statistics", cmd);
+	}
+	return total;
+}
 
 static void setup(void)
 {
@@ -154,8 +183,6 @@ static void setup(void)
 	cr_assert_not_null(getenv("RIG_TEST_PEER_GID_INDEX"),
 			   "RIG_TEST_PEER_GID_INDEX is unset");
 	wire_clean();
-	/* Loss, duplication, reordering (25% of packets go at once, the rest
-	 * wait 1 ms +- 1 ms) and jitter, on both directions. */
 	t_sh("tc qdisc add dev %s root netem %s", t_netdev(), NETEM);
 	t_sh("tc qdisc add dev %s root netem %s", t_peer_netdev(), NETEM);
 }
@@ -541,12 +568,13 @@ static void soak_run(struct soak *s, struct result *res)
 	res->fds_end = t_fd_count();
 }
 
-Test(soak, netem_loss_dup_jitter_64_queue_pairs_in_order_intact_rig_vs_raw, .timeout = 0)
+Test(soak, netem_loss_dup_reorder_jitter_64_queue_pairs_in_order_intact_rig_vs_raw, .timeout = 0)
 {
 	bool long_run = getenv("RIG_TEST_LONG") && !strcmp(getenv("RIG_TEST_LONG"), "1");
 	uint64_t total = long_run ? LONG_MESSAGES : MESSAGES;
 	struct result rig = { 0 }, raw = { 0 };
 	static struct soak s;
+	long reordered;
 	uint64_t seed;
 
 	cr_assert_eq(getrandom(&seed, sizeof(seed), 0), sizeof(seed));
@@ -560,9 +588,13 @@ Test(soak, netem_loss_dup_jitter_64_queue_pairs_in_order_intact_rig_vs_raw, .tim
 		    "netem %s", (unsigned long long)seed, (unsigned long long)total, NQP,
 		    INFLIGHT, NETEM);
 
+	reordered = netem_reorders();
 	soak_open(&s, RIG, total, seed);
 	soak_run(&s, &rig);
 	soak_close(&s);
+	reordered = netem_reorders() - reordered;
+	if (strstr(NETEM, "reorder"))
+		cr_assert_gt(reordered, 0, "netem reordered no packet of rig's run");
 	cr_assert_leq(rig.rss_end, rig.rss_warm + RSS_SLACK_KB,
 		      "%s grew from %ld kB after warm-up to %ld kB", MEM_WHAT,
 		      rig.rss_warm, rig.rss_end);
@@ -580,9 +612,9 @@ Test(soak, netem_loss_dup_jitter_64_queue_pairs_in_order_intact_rig_vs_raw, .tim
 			    s.raw_failed);
 		return;
 	}
-	cr_log_info("rig: %.0f messages/s (%.0f ms); raw verbs: %.0f messages/s "
-		    "(%.0f ms); rig/raw %.2f; %s %ld -> %ld kB, fds %d -> %d",
-		    total / rig.ms * 1e3, rig.ms, total / raw.ms * 1e3, raw.ms,
-		    raw.ms / rig.ms, MEM_WHAT, rig.rss_warm, rig.rss_end, rig.fds_warm,
-		    rig.fds_end);
+	cr_log_info("rig: %.0f messages/s (%.0f ms, %ld packets reordered); raw "
+		    "verbs: %.0f messages/s (%.0f ms); rig/raw %.2f; %s %ld -> %ld kB, "
+		    "fds %d -> %d", total / rig.ms * 1e3, rig.ms, reordered,
+		    total / raw.ms * 1e3, raw.ms, raw.ms / rig.ms, MEM_WHAT, rig.rss_warm,
+		    rig.rss_end, rig.fds_warm, rig.fds_end);
 }

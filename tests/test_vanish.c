@@ -59,6 +59,10 @@
  * (EOF on its pipe, closed in the same pass), and the table shows both.
  */
 #define NOTICE_MAX_MS 300
+/* Each bound here also allows what the machine stalled a thread during the
+ * test (t_stall_max_ms(): the suites start the meter), for a busy host
+ * delays the dying process, the kernel's work and the test's own thread
+ * alike, and that is not rig's. */
 /*
  * A cut link tells nobody but the transport: a send fails with -ETIMEDOUT
  * once its retries run out, ~470 ms after it was posted. Not before
@@ -597,7 +601,7 @@ static void expect_failed(struct rig_qp *qp, enum rig_side side, int n, uint64_t
 
 /* ---- 1-4: the peer leaves; the loop tells at once --------------------- */
 
-TestSuite(vanish, .timeout = 60);
+TestSuite(vanish, .timeout = 60, .init = t_stall_start);
 
 /*
  * F1, F6: two connections to one peer process; one with only receives
@@ -646,10 +650,11 @@ static void leave(enum act act, bool dial, uint16_t port)
 		row(what, c[i].gone_at - t0, c[i].gone_at - tc);
 		cr_assert_geq(c[i].gone_at, t0, "%s: gone before the act", what);
 		from = dies ? tc : t0;
-		cr_assert_leq(c[i].gone_at - from, NOTICE_MAX_MS,
-			      "%s: RIG_NEWS_GONE %.1f ms after the %s, over %d ms", what,
-			      c[i].gone_at - from, dies ? "close of its files" : "act",
-			      NOTICE_MAX_MS);
+		cr_assert_leq(c[i].gone_at - from, NOTICE_MAX_MS + t_stall_max_ms(),
+			      "%s: RIG_NEWS_GONE %.1f ms after the %s, over %d ms + %.1f ms "
+			      "stalled", what, c[i].gone_at - from,
+			      dies ? "close of its files" : "act", NOTICE_MAX_MS,
+			      t_stall_max_ms());
 		cr_assert_eq(c[i].gone_result, -ECONNRESET, "%s: GONE with %d", what,
 			     c[i].gone_result);
 		cr_assert_eq(c[i].listed & due_rings(&c[i]), due_rings(&c[i]),
@@ -791,9 +796,10 @@ Test(vanish, F1_T2_sleeping_waits_woken_when_peer_is_killed)
 		cr_assert_eq(w[i].ret, 1, "%s: returned %d (%s)", what, w[i].ret, w[i].msg);
 		row(what, w[i].done - t0, w[i].done - tc);
 		cr_assert_geq(w[i].done, t0, "%s: woke before the act", what);
-		cr_assert_leq(w[i].done - tc, NOTICE_MAX_MS, "%s: woke %.1f ms after the close "
-			      "of the peer's files, over %d ms", what, w[i].done - tc,
-			      NOTICE_MAX_MS);
+		cr_assert_leq(w[i].done - tc, NOTICE_MAX_MS + t_stall_max_ms(),
+			      "%s: woke %.1f ms after the close of the peer's files, over "
+			      "%d ms + %.1f ms stalled", what, w[i].done - tc, NOTICE_MAX_MS,
+			      t_stall_max_ms());
 		cr_assert_eq(w[i].c.error, -ECONNRESET, "%s: error %d (%s)", what, w[i].c.error,
 			     w[i].c.why ? w[i].c.why : "no reason");
 		cr_assert(w[i].c.why && strstr(w[i].c.why, "DISCONNECTED"), "%s: reason '%s'",
@@ -829,7 +835,7 @@ Test(vanish, control_endpoints_exchanged_receive_only_learns_nothing)
 	struct rig_ready r;
 	struct side s;
 	struct t_buf b;
-	double t0, tp, end;
+	double t0, tp, tf, end;
 	int ret, st;
 
 	side_open(&s);
@@ -859,11 +865,14 @@ Test(vanish, control_endpoints_exchanged_receive_only_learns_nothing)
 		note(&c, 1, &r);
 	cr_assert(c.listed & (1u << RIG_SEND), "the send ring was not handed out in %d ms",
 		  LONG_MS);
-	x = take(c.qp, RIG_SEND, NULL, CUT_MAX_MS);
-	row("control: then it sends: failed after", t_now_ms() - tp, NAN);
+	x = take(c.qp, RIG_SEND, NULL, LONG_MS);
+	tf = t_now_ms();
+	row("control: then it sends: failed after", tf - tp, NAN);
 	cr_assert_eq(x.error, -ETIMEDOUT, "the send: %d %s", x.error, x.why);
-	cr_assert_geq(t_now_ms() - tp, CUT_MIN_MS, "failed before the retries ran out");
-	cr_assert_leq(t_now_ms() - tp, CUT_MAX_MS);
+	cr_assert_geq(tf - tp, CUT_MIN_MS, "failed before the retries ran out");
+	cr_assert_leq(tf - tp, CUT_MAX_MS + t_stall_max_ms(), "failed %.1f ms after the "
+		      "post, over %d ms + %.1f ms stalled", tf - tp, CUT_MAX_MS,
+		      t_stall_max_ms());
 	cr_assert_eq(rig_qp_failure(c.qp, &st), -ETIMEDOUT);
 	cr_assert_eq(st, IBV_WC_RETRY_EXC_ERR, "wc status %d", st);
 	expect_failed(c.qp, RIG_RECEIVE, NRECV, RECV_COOKIE, -ETIMEDOUT, "retries",
@@ -950,7 +959,7 @@ static void link_restore(void)
 }
 
 /* The suite runs after "vanish" (suites run in the order of their names). */
-TestSuite(vanish_link, .timeout = 60, .fini = link_restore);
+TestSuite(vanish_link, .timeout = 60, .init = t_stall_start, .fini = link_restore);
 
 /*
  * M3, F3: the peer's link goes down (ip link set DEV down on its netdev).
@@ -1000,7 +1009,7 @@ Test(vanish_link, M3_F3_link_cut_only_a_sender_learns_by_retries)
 		}
 		note(c, 2, &r);
 		if (!tf && r.qp == c[1].qp && r.side == RIG_SEND && r.news == RIG_NEWS_RING) {
-			x = take(c[1].qp, RIG_SEND, &cookie, CUT_MAX_MS);
+			x = take(c[1].qp, RIG_SEND, &cookie, LONG_MS);
 			tf = t_now_ms();
 			cr_assert_eq(x.error, -ETIMEDOUT, "the send over the cut link: %d %s",
 				     x.error, x.why);
@@ -1014,7 +1023,9 @@ Test(vanish_link, M3_F3_link_cut_only_a_sender_learns_by_retries)
 	row("peer's link cut, receives only: nothing in", t_now_ms() - t0, NAN);
 	cr_assert_geq(tf - t0, CUT_MIN_MS, "failed %.1f ms after the post, before the "
 		      "retries ran out", tf - t0);
-	cr_assert_leq(tf - t0, CUT_MAX_MS, "failed %.1f ms after the cut", tf - t0);
+	cr_assert_leq(tf - t0, CUT_MAX_MS + t_stall_max_ms(), "failed %.1f ms after the "
+		      "post, over %d ms + %.1f ms stalled", tf - t0, CUT_MAX_MS,
+		      t_stall_max_ms());
 	cr_assert_eq(rig_qp_failure(c[1].qp, &st), -ETIMEDOUT);
 	cr_assert_eq(st, IBV_WC_RETRY_EXC_ERR, "wc status %d", st);
 	expect_failed(c[1].qp, RIG_SEND, NSEND - 1, SEND_COOKIE + 1, -ETIMEDOUT, "retries",
