@@ -3,8 +3,9 @@
  * rig_pingpong_bench: bench/pingpong.h's ping-pong on rig, the same program
  * as bench/raw_pingpong.c but for the backend below: rig_nic_open,
  * rig_region_register, rig_qp_make/connect, the inline rig_qp_receive,
- * rig_qp_send and rig_qp_poll, and rig_qp_wait for sleeping (it spins
- * 50 us, then sleeps in an io_uring on the NIC's completion channel).
+ * rig_qp_send and rig_qp_poll, and rig_qp_wait for sleeping (it spins as
+ * the NIC's setting says, adaptive by default, then sleeps in an io_uring
+ * on the NIC's completion channel).
  */
 #define _GNU_SOURCE
 #include <errno.h>
