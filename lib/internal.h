@@ -209,8 +209,7 @@ struct rig__qp {
 	uint32_t armed_tail[2];
 	struct rig__spin {
 		int32_t mean_ns;	/* of the waits the spin caught */
-		uint16_t misses;	/* spins in a row that caught nothing */
-		uint16_t quiet;		/* waits left without a spin */
+		uint32_t misses;	/* spins in a row that caught nothing */
 	} spin[2];
 	struct rig__qp_owner *owner;
 	/* Set by events.c, from any thread, for the owner to apply. */

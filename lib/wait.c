@@ -37,12 +37,17 @@
  * as glibc's adaptive mutex); a wait that slept says nothing of how soon
  * the completion came, so it teaches nothing. While the mean stays under
  * the cap the ring spins up to the cap; after RIG_SPIN_MISSES spins in a
- * row that caught nothing, or a mean past the cap, it sleeps at once and
- * probes with one spin every RIG_SPIN_PROBE waits.
+ * row that caught nothing it sleeps at once, but for probes: its waits
+ * that start in the first RIG_SPIN_PROBE_NS of each RIG_SPIN_PERIOD_NS of
+ * the monotonic clock spin. The windows are the same for every ring and
+ * process: the two ends of a ping-pong that both sleep, each because the
+ * other does, would never see a single probe of one end pay, but probing
+ * together they find that spinning pays again.
  */
 #define RIG_SPIN_CAP_NS 50000
-#define RIG_SPIN_MISSES 4
-#define RIG_SPIN_PROBE 64
+#define RIG_SPIN_MISSES 8
+#define RIG_SPIN_PERIOD_NS (1 << 22)	/* 4.2 ms */
+#define RIG_SPIN_PROBE_NS (1 << 19)	/* 0.5 ms of it */
 
 /*
  * The waiter's io_uring: COOP_TASKRUN sends no IPI to a thread spinning
@@ -270,15 +275,15 @@ static bool still_armed(const struct rig__qp *qp, int side)
 	       qp->armed_tail[side] == qp->pub.ring[side].tail;
 }
 
-/* How long this wait may spin on @s, by the NIC's setting. */
-static int64_t spin_budget(struct rig__spin *s, int64_t setting)
+/* How long a wait starting at @now may spin on @s, by the NIC's setting. */
+static int64_t spin_budget(const struct rig__spin *s, int64_t setting, int64_t now)
 {
+	bool stopped = s->misses >= RIG_SPIN_MISSES || s->mean_ns > RIG_SPIN_CAP_NS;
+
 	if (setting != RIG_SPIN_ADAPTIVE)
 		return setting;
-	if (s->quiet) {
-		s->quiet--;
+	if (stopped && (now & (RIG_SPIN_PERIOD_NS - 1)) >= RIG_SPIN_PROBE_NS)
 		return 0;
-	}
 	return RIG_SPIN_CAP_NS;
 }
 
@@ -289,14 +294,9 @@ static void spin_learn(struct rig__spin *s, int64_t ns)
 	if (ns >= 0) {
 		s->mean_ns += (int32_t)((ns - s->mean_ns) / 8);
 		s->misses = 0;
-		if (s->mean_ns > RIG_SPIN_CAP_NS)
-			s->quiet = RIG_SPIN_PROBE;
-		return;
-	}
-	if (s->misses < RIG_SPIN_MISSES)
+	} else if (s->misses < RIG_SPIN_MISSES) {
 		s->misses++;
-	if (s->misses >= RIG_SPIN_MISSES)
-		s->quiet = RIG_SPIN_PROBE;
+	}
 }
 
 RIG_EXPORT int rig_nic_set_spin(struct rig_nic *nic, int64_t ns)
@@ -338,7 +338,7 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 	spin = &qp->spin[side];
 	start = rig__now_ns();
 	deadline = us > INT64_MAX / 2000 ? INT64_MAX / 2 : start + us * 1000;
-	budget = spin_budget(spin, __atomic_load_n(&qp->nic->spin_ns, __ATOMIC_RELAXED));
+	budget = spin_budget(spin, __atomic_load_n(&qp->nic->spin_ns, __ATOMIC_RELAXED), start);
 	if (budget) {
 		int64_t spin_end = start + budget < deadline ? start + budget : deadline;
 
