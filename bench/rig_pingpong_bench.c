@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <rig/rig.h>
@@ -39,8 +40,14 @@ static const char *be_errmsg(void)
 static int be_nic_open(struct be_nic *nic, const char *dev, int gidx)
 {
 	(void)gidx;	/* rig takes the NIC's RoCE v2 GID itself */
+	const char *spin = getenv("BENCH_RIG_SPIN");	/* ns, -1 adaptive */
+	int ret;
+
 	rig_bench_msg[0] = '\0';
-	return rig_nic_open(dev, &nic->nic);
+	ret = rig_nic_open(dev, &nic->nic);
+	if (!ret && spin && *spin)
+		ret = rig_nic_set_spin(nic->nic, strtoll(spin, NULL, 0));
+	return ret;
 }
 
 static void be_nic_close(struct be_nic *nic)
