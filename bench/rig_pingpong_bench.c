@@ -3,13 +3,15 @@
  * rig_pingpong_bench: bench/pingpong.h's ping-pong on rig, the same program
  * as bench/raw_pingpong.c but for the backend below: rig_nic_open,
  * rig_region_register, rig_qp_make/connect, the inline rig_qp_receive,
- * rig_qp_send and rig_qp_poll, and rig_qp_wait for sleeping (it spins
- * 50 us, then sleeps in an io_uring on the NIC's completion channel).
+ * rig_qp_send and rig_qp_poll, and rig_qp_wait for sleeping (it spins as
+ * the NIC's setting says, adaptive by default, then sleeps in an io_uring
+ * on the NIC's completion channel).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <rig/rig.h>
@@ -38,8 +40,14 @@ static const char *be_errmsg(void)
 static int be_nic_open(struct be_nic *nic, const char *dev, int gidx)
 {
 	(void)gidx;	/* rig takes the NIC's RoCE v2 GID itself */
+	const char *spin = getenv("BENCH_RIG_SPIN");	/* ns, -1 adaptive */
+	int ret;
+
 	rig_bench_msg[0] = '\0';
-	return rig_nic_open(dev, &nic->nic);
+	ret = rig_nic_open(dev, &nic->nic);
+	if (!ret && spin && *spin)
+		ret = rig_nic_set_spin(nic->nic, strtoll(spin, NULL, 0));
+	return ret;
 }
 
 static void be_nic_close(struct be_nic *nic)

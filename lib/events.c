@@ -42,10 +42,21 @@ static int epoll_add(struct rig_loop *loop, int fd, uint32_t source)
 	return 0;
 }
 
+/* Loops made and closed so far: a loop's id, and a sleeping thread's
+ * sign that polls it keeps may name a closed loop's files. */
+static uint64_t loops_made, loops_closed;
+
+uint64_t rig__events_closed(void)
+{
+	return __atomic_load_n(&loops_closed, __ATOMIC_ACQUIRE);
+}
+
 int rig__events_open(struct rig_loop *loop)
 {
 	struct rig_nic *nic = loop->nic;
 	int ret;
+
+	loop->id = __atomic_add_fetch(&loops_made, 1, __ATOMIC_RELAXED);
 
 	loop->epfd = loop->timer_fd = loop->ready_efd = -1;
 	loop->channel = ibv_create_comp_channel(nic->ctx);
@@ -76,6 +87,7 @@ out:
 
 void rig__events_close(struct rig_loop *loop)
 {
+	__atomic_add_fetch(&loops_closed, 1, __ATOMIC_RELEASE);
 	if (loop->epfd >= 0)
 		close(loop->epfd);
 	if (loop->timer_fd >= 0)
@@ -166,21 +178,41 @@ static void tell(struct rig__qp *qp, int side)
 	loop->watcher->ring(loop->watcher, qp, side);
 }
 
-void rig__events_take_locked(struct rig_loop *loop)
+/*
+ * Reads one completion event of @loop's channel, acks it (in batches) and
+ * tells the ring's consumers; the loop's lock is held. Returns the ring
+ * (*qp_out, *side_out), or false once the channel is empty.
+ */
+static bool take_one(struct rig_loop *loop, struct rig__qp **qp_out, int *side_out)
 {
+	struct rig__qp *qp;
 	struct ibv_cq *cq;
 	void *ctx;
+	int side;
 
-	while (!ibv_get_cq_event(loop->channel, &cq, &ctx)) {
-		struct rig__qp *qp = ctx;
-		int side = cq == qp->pub.ring[RIG_RECEIVE].cq;
-
-		if (++qp->unacked[side] >= RIG_ACK_BATCH) {
-			ibv_ack_cq_events(cq, qp->unacked[side]);
-			qp->unacked[side] = 0;
-		}
-		tell(qp, side);
+	if (ibv_get_cq_event(loop->channel, &cq, &ctx))
+		return false;
+	qp = ctx;
+	side = cq == qp->pub.ring[RIG_RECEIVE].cq;
+	/* The event used up the arming (wait.c arms again). */
+	__atomic_and_fetch(&qp->armed, ~(1u << side), __ATOMIC_RELEASE);
+	if (++qp->unacked[side] >= RIG_ACK_BATCH) {
+		ibv_ack_cq_events(cq, qp->unacked[side]);
+		qp->unacked[side] = 0;
 	}
+	tell(qp, side);
+	*qp_out = qp;
+	*side_out = side;
+	return true;
+}
+
+void rig__events_take_locked(struct rig_loop *loop)
+{
+	struct rig__qp *qp;
+	int side;
+
+	while (take_one(loop, &qp, &side))
+		;
 }
 
 void rig__events_take(struct rig_loop *loop)
@@ -189,6 +221,30 @@ void rig__events_take(struct rig_loop *loop)
 	rig__events_take_locked(loop);
 	loop->watcher->done(loop->watcher);
 	pthread_mutex_unlock(&loop->lock);
+}
+
+/*
+ * A sleeper woken by the channel reads up to its own ring's event, not
+ * until EAGAIN: one read per wakeup where the channel holds only its own
+ * event. Events it leaves behind came after its own; their sleepers were
+ * woken by them too (each polls the channel), and whoever reads next
+ * starts with them, so what the channel holds stays bounded.
+ */
+bool rig__events_take_until(struct rig_loop *loop, struct rig__qp *qp, int side)
+{
+	struct rig__qp *q;
+	bool found = false;
+	int s;
+
+	pthread_mutex_lock(&loop->lock);
+	while (take_one(loop, &q, &s))
+		if (q == qp && s == side) {
+			found = true;
+			break;
+		}
+	loop->watcher->done(loop->watcher);
+	pthread_mutex_unlock(&loop->lock);
+	return found;
 }
 
 /*

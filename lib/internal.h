@@ -76,6 +76,7 @@ struct rig_nic {
 	uint8_t max_rd_atomic;		/* reads in flight, for local peers */
 	bool soft_roce;
 	uint32_t vendor_id;
+	int64_t spin_ns;		/* rig_nic_set_spin(), any thread */
 	struct rig_loop *own;		/* rig_nic_loop(): rig_qp_make's */
 	pthread_mutex_t lock;		/* the lists below */
 	struct rig__list loops;
@@ -164,6 +165,7 @@ struct rig_loop {
 	pthread_cond_t job_cond;
 	struct rig__list jobs;
 	struct rig__list link;		/* in nic->loops */
+	uint64_t id;		/* never reused: wait.c's polls name the loop */
 };
 
 struct rig__region {
@@ -216,6 +218,17 @@ struct rig__qp {
 	unsigned unacked[2];
 	struct rig__consumer *sleeper[2];
 	struct rig__news news[2];	/* loop.c: each ring's place in the news */
+	/* wait.c: the rings a wait armed whose event nobody has read yet
+	 * (1 << side; events.c clears a bit when it reads the event), each
+	 * ring's tail when it was armed, and each ring's spin; but for the
+	 * bits, only the owner's thread touches them (C3). */
+	uint8_t armed;
+	uint32_t armed_tail[2];
+	struct rig__spin {
+		int32_t mean_ns;	/* of the waits the spin caught */
+		uint32_t misses;	/* spins in a row that caught nothing */
+		int32_t due_ns;		/* when a stopped ring's come (hybrid) */
+	} spin[2];
 	struct rig__qp_owner *owner;
 	/* Set by events.c, from any thread, for the owner to apply. */
 	int event_error;
@@ -271,6 +284,11 @@ void rig__events_add(struct rig__qp *qp);
  * consumers to forget it. The CQs are destroyed by @destroy_cqs under
  * the loop's lock, before any other thread can read an event for them. */
 void rig__events_forget(struct rig__qp *qp, void (*destroy_cqs)(struct rig__qp *));
+/* reads @loop's completion events, telling the consumers, until one for
+ * @qp's ring @side or none is left; true if it read that one. */
+bool rig__events_take_until(struct rig_loop *loop, struct rig__qp *qp, int side);
+/* how many loops have closed so far (a thread's polls may name one). */
+uint64_t rig__events_closed(void);
 /* sets the consumer sleeping on @qp's ring @side, or NULL. */
 void rig__events_set_sleeper(struct rig__qp *qp, int side, struct rig__consumer *c);
 /* arms @loop's timer for @deadline_ns (CLOCK_MONOTONIC), 0 to disarm. */

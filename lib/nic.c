@@ -295,6 +295,7 @@ RIG_EXPORT __cold int rig_nic_open(const char *name, struct rig_nic **out)
 	rig__list_init(&nic->loops);
 	rig__list_init(&nic->qps);
 	rig__list_init(&nic->regions);
+	nic->spin_ns = RIG_SPIN_ADAPTIVE;
 	ret = rig__loop_open(nic, &nic->own);
 	if (ret)
 		goto out_device;

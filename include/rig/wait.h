@@ -24,6 +24,29 @@ extern "C" {
 int rig_qp_wait(struct rig_qp *qp, enum rig_side side, int64_t us,
 		struct rig_completion *c);
 
+/* rig_nic_set_spin()'s two special values; any other is nanoseconds. */
+#define RIG_SPIN_NEVER		0
+#define RIG_SPIN_ADAPTIVE	(-1)
+/* The longest spin: 1 ms, far past what any sleep costs. */
+#define RIG_SPIN_MAX_NS		1000000
+
+struct rig_nic;
+
+/**
+ * rig_nic_set_spin - how long rig_qp_wait() polls before it sleeps, for
+ * every queue pair of @nic
+ * @ns: RIG_SPIN_ADAPTIVE (the default): each ring of each queue pair
+ *      learns how soon its completions come and spins only while that
+ *      is cheaper than a sleep; RIG_SPIN_NEVER: sleep at once (a machine
+ *      short of CPU); or a fixed spin of @ns nanoseconds, at most
+ *      RIG_SPIN_MAX_NS
+ *
+ * Any thread may call it at any time; waits that start afterwards follow
+ * it. Returns 0, or -EINVAL (and changes nothing) for a NULL @nic or an
+ * @ns out of range. See rig_nic_set_spin(3).
+ */
+int rig_nic_set_spin(struct rig_nic *nic, int64_t ns);
+
 #ifdef __cplusplus
 }
 #endif
