@@ -227,7 +227,6 @@ struct rig__qp {
 	struct rig__spin {
 		int32_t mean_ns;	/* of the waits the spin caught */
 		uint32_t misses;	/* spins in a row that caught nothing */
-		int32_t due_ns;		/* when a stopped ring's come (hybrid) */
 	} spin[2];
 	struct rig__qp_owner *owner;
 	/* Set by events.c, from any thread, for the owner to apply. */

@@ -50,38 +50,6 @@
 #define RIG_SPIN_PROBE_NS (1 << 19)	/* 0.5 ms of it */
 
 /*
- * The hybrid wait, blk-mq's hybrid polling for a ring that stopped
- * spinning: its completions come later than a sleep costs, but
- * predictably. It sleeps (armed: an early completion still wakes it) until
- * RIG_HYBRID_EARLY_NS before the time they have come lately (due_ns), then
- * spins up to twice that: the completion is caught as it comes, without
- * the wakeup's latency. The spin that catches it teaches due_ns; a
- * completion that woke the nap came sooner, and due_ns shrinks by 1/8
- * until the nap ends before it; a spin that caught nothing moves it later.
- * A first due_ns comes from a wait that slept, an overestimate (it holds
- * the wakeup). Only rings whose completions take RIG_HYBRID_MIN_NS or
- * more: below that the nap is shorter than the timer's own lateness.
- */
-/* Off: in the guest's A/B (bench/rig_pingpong_bench against a build
- * without it) it measured no better at 4 KiB, on a host too loaded to
- * tell; -DRIG_WAIT_HYBRID=1 builds it in for measuring. */
-#ifndef RIG_WAIT_HYBRID
-#define RIG_WAIT_HYBRID 0
-#endif
-#define RIG_HYBRID_EARLY_NS 30000
-#define RIG_HYBRID_MIN_NS (2 * RIG_SPIN_CAP_NS)
-#define RIG_HYBRID_MAX_NS 10000000	/* beyond, a nap's spin is noise */
-
-/* Moves @s's due time 1/8 of the way to @ns, a completion's time. */
-static void due_learn(struct rig__spin *s, int64_t ns)
-{
-	if (ns > RIG_HYBRID_MAX_NS)
-		s->due_ns = 0;
-	else
-		s->due_ns += (int32_t)((ns - s->due_ns) / 8);
-}
-
-/*
  * The waiter's io_uring: COOP_TASKRUN sends no IPI to a thread spinning
  * in user space when a poll fires (its CQE is written at the thread's
  * next kernel entry, here the enter that sleeps); TASKRUN_FLAG tells
@@ -351,7 +319,7 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 	struct rig__spin *spin;
 	struct rig__qp *qp;
 	struct rig_loop *loop;
-	int64_t deadline, start, budget, now, nap_end;
+	int64_t deadline, start, budget, now;
 	bool slept = false;
 	eventfd_t drained;
 	uint8_t bit;
@@ -391,12 +359,6 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 	} else if (start >= deadline) {
 		return 0;
 	}
-	/* A ring that stopped spinning naps until just before its due time. */
-	nap_end = 0;
-	if (RIG_WAIT_HYBRID && !budget && spin_stopped(spin) && spin->due_ns >= RIG_HYBRID_MIN_NS &&
-	    __atomic_load_n(&qp->nic->spin_ns, __ATOMIC_RELAXED) == RIG_SPIN_ADAPTIVE)
-		nap_end = start + spin->due_ns - RIG_HYBRID_EARLY_NS;
-
 	ret = waiter_init();
 	if (ret)
 		return ret;
@@ -447,45 +409,15 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 		now = rig__now_ns();
 		if (ret || deadline - now <= 0)
 			break;
-		if (nap_end && now >= nap_end) {
-			/* The nap is over: spin through the due time. */
-			int64_t end = now + 2 * RIG_HYBRID_EARLY_NS;
-
-			if (end > deadline)
-				end = deadline;
-			do {
-				if ((ret = rig_qp_poll(pub, side, c))) {
-					now = rig__now_ns();
-					if (ret > 0)
-						due_learn(spin, now - start);
-					nap_end = 0;
-					goto out;
-				}
-			} while ((now = rig__now_ns()) < end);
-			/* Later than it was: sleep on, and expect it later. */
-			due_learn(spin, now - start);
-			nap_end = 0;
-			if (now >= deadline)
-				break;
-		}
 		if (!slept) {
 			slept = true;
 			qp->slept[side]++;	/* rig_qp_stats: waits that slept */
 		}
-		woke = ret = sleep_on(loop, cm, (nap_end && nap_end < deadline ? nap_end : deadline) - now);
+		woke = ret = sleep_on(loop, cm, deadline - now);
 		if (ret < 0)
 			break;
 		if (!woke && deadline - rig__now_ns() <= 0)
 			break;
-	}
-out:
-	/* A completion that woke the wait: sooner than the nap's end (or no
-	 * nap yet), so the next nap ends sooner. */
-	if (RIG_WAIT_HYBRID && ret > 0 && spin_stopped(spin)) {
-		if (nap_end)
-			spin->due_ns -= spin->due_ns / 8;
-		else if (!spin->due_ns && rig__now_ns() - start <= RIG_HYBRID_MAX_NS)
-			spin->due_ns = (int32_t)(rig__now_ns() - start);
 	}
 	rig__events_set_sleeper(qp, side, NULL);
 	/* Only now that no ring names its eventfd may the thread's waiter
