@@ -98,6 +98,33 @@ if [[ -z $(ls /sys/class/infiniband 2>/dev/null) ]]; then
 fi
 
 # lintian: no error (warnings and notes are listed, not fatal).
+# Installed for real, as a user would: man finds the pages, rig-info and
+# pkg-config work from the system's paths; then removed again. Skipped
+# (and said) where rig is installed already, not to clobber it.
+if dpkg-query -W -f='${Status}' librig0 2>/dev/null | grep -q 'ok installed'; then
+	echo "note: librig0 is installed on this machine: the dpkg -i check is left out"
+elif [[ $(id -u) == 0 ]]; then
+	ensure_packages man-db
+	if dpkg -i "$(deb librig0)" "$(deb librig-dev)" "$(deb rig-utils)" >"$tmp/install.log" 2>&1; then
+		man -w rig_qp_poll >/dev/null || fail "man rig_qp_poll: no page after dpkg -i"
+		man -w rig_qp_read >/dev/null || fail "man rig_qp_read: no alias after dpkg -i"
+		man -w 7 rig >/dev/null || fail "man 7 rig: no page after dpkg -i"
+		command -v rig-info >/dev/null || fail "rig-info is not on the PATH after dpkg -i"
+		if [[ -z $(ls /sys/class/infiniband 2>/dev/null) ]]; then
+			out=$(rig-info 2>&1) && rc=0 || rc=$?
+			[[ $rc == 1 && $out == "rig-info: no verbs device on this machine" ]] ||
+				fail "installed rig-info without a device: exit $rc, '$out'"
+		fi
+		cc -o "$tmp/hello-sys" "$tmp/hello.c" $(pkg-config --cflags --libs rig) &&
+			"$tmp/hello-sys" >/dev/null || fail "cc hello.c \$(pkg-config --cflags --libs rig)"
+		[[ $failed == 1 ]] || echo "ok: dpkg -i; man rig_qp_poll, man 7 rig, rig-info and pkg-config work"
+	else
+		cat "$tmp/install.log"
+		fail "dpkg -i of the three packages"
+	fi
+	dpkg -r rig-utils librig-dev librig0 >/dev/null 2>&1 || fail "dpkg -r"
+fi
+
 if lintian --fail-on error --suppress-tags no-manual-page "$tmp"/rig_*.changes >"$tmp/lintian.log" 2>&1; then
 	echo "ok: lintian reports no error ($(grep -c '^W:' "$tmp/lintian.log" || true) warnings)"
 else
