@@ -564,6 +564,8 @@ static void gone(struct conn *c, const struct cm_ev *ev)
 		? "the device went away (rdma_cm DEVICE_REMOVAL)"
 		: ev->type == RDMA_CM_EVENT_DISCONNECTED
 		? "the peer left (rdma_cm DISCONNECTED)"
+		: ev->type == RDMA_CM_EVENT_REJECTED
+		? "the peer dropped the handshake after ours ended (rdma_cm REJECTED)"
 		: "the connection failed (rdma_cm event after it was up)";
 
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
@@ -611,7 +613,11 @@ static void conn_event(struct rig_loop *loop, struct rdma_cm_event *raw)
 		return;		/* a listener's own events: nothing to do */
 	switch (c->state) {
 	case CONN_UP:
+		/* REJECTED: a dial is up once its RTU is sent, but the
+		 * listener may have dropped the handshake at its bound
+		 * before the RTU came; the CM takes its REJ even now. */
 		if (ev.type == RDMA_CM_EVENT_DISCONNECTED ||
+		    ev.type == RDMA_CM_EVENT_REJECTED ||
 		    ev.type == RDMA_CM_EVENT_DEVICE_REMOVAL ||
 		    ev.type == RDMA_CM_EVENT_CONNECT_ERROR ||
 		    ev.type == RDMA_CM_EVENT_UNREACHABLE)
