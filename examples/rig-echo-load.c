@@ -13,7 +13,8 @@
  * with rig_loop_dial() and learns its outcome as RIG_NEWS_DIALED. A dial
  * the server refused (its listener had as many handshakes under way as it
  * takes) is tried again after a pause that doubles, as TCP tries a
- * dropped SYN again, for 30 s from the first. The connection then posts a
+ * dropped SYN again, for 30 s from the first; so is a connection the
+ * server let go before greeting it. The connection then posts a
  * receive and waits for the server's greeting, an empty message the
  * server sends once it has receives posted (see rig-echo.c), and from
  * then on keeps one message in flight per connection: it posts the
@@ -132,7 +133,8 @@ struct el_load {
 	atomic_uint greeted;		/* connections the server greeted */
 	atomic_uint streaming;		/* connections that had a reply */
 	atomic_uint failed;
-	atomic_uint refused;		/* dials refused, and tried again */
+	atomic_uint refused;		/* dials tried again */
+	atomic_uint dropped;		/* of them, after the server let go */
 	int signal_fd, go_fd;		/* -g: SIGUSR1, and the go every thread polls */
 	struct signalfd_siginfo siginfo;
 	struct el_thread th[EL_THREADS_MAX];
@@ -346,8 +348,9 @@ static void el_on_greeting(struct el_thread *t, struct el_conn *c,
 	}
 	c->greeted = true;
 	if (atomic_fetch_add(&t->l->greeted, 1) + 1 == t->l->o.conns)
-		printf("ready: all %u connections up, %u refused dials tried "
-		       "again\n", t->l->o.conns, atomic_load(&t->l->refused));
+		printf("ready: all %u connections up, %u dials tried again "
+		       "(%u of them dropped before the greeting)\n", t->l->o.conns,
+		       atomic_load(&t->l->refused), atomic_load(&t->l->dropped));
 	if (t->l->o.gate && !t->go)
 		return;		/* el_on_go starts it */
 	ret = el_send_next(t, c);
@@ -462,6 +465,37 @@ static void el_poll(struct el_thread *t, struct el_conn *c, enum rig_side side)
 		el_conn_fail(t, c, "rig_qp_poll: %s", strerror(-ret));
 }
 
+/*
+ * The server let @c go before its greeting: a busy server drops a
+ * handshake whose last message came later than its bound
+ * (RIG_CM_HALF_OPEN_MS), and our side is up by then. It never served
+ * us: as a refused dial, dial it again.
+ */
+static void el_on_dropped(struct el_thread *t, struct el_conn *c, int result)
+{
+	struct el_conn **p = &t->bucket[el_hash(c->qp)];
+	int ret;
+
+	while (*p != c)
+		p = &(*p)->next;
+	*p = c->next;
+	ret = rig_qp_destroy(c->qp);
+	c->qp = NULL;
+	if (ret) {
+		el_conn_fail(t, c, "rig_qp_destroy: %s", strerror(-ret));
+		return;
+	}
+	ret = rig_region_deregister(c->region);
+	c->region = NULL;
+	if (ret)
+		el_conn_fail(t, c, "rig_region_deregister: %s", strerror(-ret));
+	else if (el_redial(t, c))
+		atomic_fetch_add(&t->l->dropped, 1);
+	else
+		el_conn_fail(t, c, "the server left before greeting us: %s (%d)",
+			     strerror(-result), result);
+}
+
 static void el_on_news(struct el_thread *t, const struct rig_ready *r)
 {
 	struct el_conn *c;
@@ -473,6 +507,10 @@ static void el_on_news(struct el_thread *t, const struct rig_ready *r)
 	c = el_find(t, r->qp);
 	if (!c) {
 		fprintf(stderr, "news %d for an unknown queue pair\n", r->news);
+		return;
+	}
+	if (r->news == RIG_NEWS_GONE && !c->greeted && !c->ended) {
+		el_on_dropped(t, c, r->result);
 		return;
 	}
 	if (r->news == RIG_NEWS_GONE) {
