@@ -1612,6 +1612,173 @@ Test(conn, blocking_dial_and_accept_meet_the_loop, .timeout = 120)
 	cli_close(&h);
 }
 
+/*
+ * A dial counts as up once rdma_establish has sent its RTU. Should that
+ * RTU be lost, the listener is still in REP_SENT when its half-open bound
+ * drops the handshake: destroying its id there makes its CM send a REJ,
+ * and the dialer's CM, ESTABLISHED already, still takes it and hands
+ * rdma_cm's REJECTED to the dialer. The dialer's queue pair must fail
+ * then, as when the peer leaves (F1, F6): else it keeps a peer that is
+ * gone, and a receive posted for a greeting waits forever.
+ *
+ * On a whole wire the RTU always comes, so only a lost RTU shows this.
+ * Soft-RoCE needs no fault injected for it: it is real traffic, the RTU
+ * dropped by a netem qdisc on the dialer's end of the veth, the REJ what
+ * the listener's kernel CM sends of its own. The listener is raw rdma_cm,
+ * so that the test chooses when it drops the handshake: once the dial is
+ * up. Only the way from the dialer to the listener is cut: the REJ comes
+ * back on the other. Two hosts only: on one, packets between queue pairs
+ * of one rxe device never reach a netdev.
+ */
+#define REJ_PORT 18607
+/* The REJ crosses the veth in one packet, handled on arrival: the bound
+ * only ends a failing run (the fault leaves the dialer waiting forever). */
+#define REJ_WAIT_MS 10000
+/* How long the listener watches for an RTU that got through the cut
+ * (it comes within a millisecond on a whole wire). */
+#define RTU_WATCH_MS 200
+
+/* The wire whole again after the cut: no qdisc on the dialer's end, and
+ * no neighbour entry left half-resolved by an ARP the cut lost. Quiet:
+ * it is also the test's fini, which must not assert. */
+static void rej_wire_mend(void)
+{
+	char cmd[256];
+	int ret;
+
+	if (!t_peer_dev())
+		return;
+	snprintf(cmd, sizeof(cmd), "tc qdisc del dev %s root 2>/dev/null; "
+		 "ip neigh flush dev %s; ip neigh flush dev %s",
+		 t_netdev(), t_netdev(), t_peer_netdev());
+	ret = system(cmd);
+	(void)ret;
+}
+
+Test(conn, a_REJ_after_the_dial_was_up_fails_its_queue_pair, .timeout = 60,
+     .fini = rej_wire_mend)
+{
+	const uint64_t cookie = 0xabad1dea00000005ull;
+	uint8_t priv[RIG_CM_PRIVATE];
+	struct rdma_conn_param p = { 0 };
+	struct rdma_event_channel *ch;
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *lid, *id = NULL;
+	struct rig_endpoint e;
+	struct rig_completion c;
+	struct rig_qp *lqp, *qp;
+	struct rig_ready r;
+	struct rig_nic *sn;
+	static struct cli h;
+	double t0, end, gone_at = 0;
+	bool gone = false;
+	int n, st, ret;
+
+	if (!t_peer_dev())
+		cr_skip_test("the cut of one direction needs the two-host topology");
+	rej_wire_mend();	/* in case a crashed run (no fini) left it cut */
+	/* The listener's endpoint: a queue pair of its host that the dialer
+	 * connects to; it never needs to answer. */
+	sn = t_nic_open(server_dev());
+	ret = rig_qp_make(sn, &lqp);
+	cr_assert_eq(ret, 0, "rig_qp_make: %d %s", ret, rig_errmsg());
+	rig_qp_endpoint(lqp, &e);
+	rig_cm_pack(&e, priv);
+	ch = rdma_create_event_channel();
+	cr_assert_not_null(ch);
+	cr_assert_eq(fcntl(ch->fd, F_SETFL, O_NONBLOCK), 0);
+	lid = mute_listener(ch, REJ_PORT);
+	cli_open(&h);
+
+	/* The dialer's request reaches the listener over a whole wire. */
+	ret = rig_loop_dial(h.loop, server_ip(), REJ_PORT, DIAL_US, cookie);
+	cr_assert_eq(ret, 0, "rig_loop_dial: %d %s", ret, rig_errmsg());
+	end = t_now_ms() + 15000;
+	while (rdma_get_cm_event(ch, &ev)) {
+		cr_assert_eq(errno, EAGAIN, "rdma_get_cm_event: %s", strerror(errno));
+		cr_assert_lt(t_now_ms(), end, "the listener heard no request in 15 s");
+		n = cli_news(&h, 10, &r, 1);
+		cr_assert_eq(n, 0, "news %d (result %d) before the listener heard the request",
+			     r.news, r.result);
+	}
+	cr_assert_eq(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST, "%s", rdma_event_str(ev->event));
+	id = ev->id;
+	rdma_ack_cm_event(ev);
+
+	/* Cut the way to the listener: the dialer's packets leave by its
+	 * netdev. The answer goes out whole; the RTU after it is lost. */
+	t_sh("tc qdisc add dev %s root netem loss 100%%", t_netdev());
+	p.private_data = priv;
+	p.private_data_len = RIG_CM_PRIVATE;
+	p.qp_num = e.qp;
+	p.responder_resources = 1;
+	p.initiator_depth = 1;
+	p.retry_count = 7;
+	p.rnr_retry_count = 7;
+	cr_assert_eq(rdma_accept(id, &p), 0, "rdma_accept: %s", strerror(errno));
+
+	/* The dial is up, on the dialer's side. A receive waits for a
+	 * greeting that will never come. */
+	cli_one(&h, 15000, &r);
+	cr_assert_eq(r.news, RIG_NEWS_DIALED, "news %d", r.news);
+	cr_assert_eq(r.cookie, cookie);
+	cr_assert_eq(r.result, 0, "the dial: %d (%s)", r.result, rig_errmsg());
+	cr_assert_not_null(r.qp);
+	qp = r.qp;
+	ret = rig_qp_receive(qp, h.rx.r, 0, MSG);
+	cr_assert_eq(ret, 0, "rig_qp_receive: %d %s", ret, rig_errmsg());
+
+	/* The listener never heard the RTU (else dropping it below would
+	 * be a disconnect, which fails the queue pair anyway). */
+	end = t_now_ms() + RTU_WATCH_MS;
+	do {
+		ret = rdma_get_cm_event(ch, &ev);
+		if (!ret)
+			cr_assert_fail("the listener got %s: the cut let the RTU through",
+				       rdma_event_str(ev->event));
+		cr_assert_eq(errno, EAGAIN, "rdma_get_cm_event: %s", strerror(errno));
+		usleep(10000);
+	} while (t_now_ms() < end);
+
+	/* The listener drops the handshake, as rig's does at its bound:
+	 * destroying the id in REP_SENT sends a REJ, on the way not cut. */
+	rdma_destroy_id(id);
+	id = NULL;
+	t0 = t_now_ms();
+	end = t0 + REJ_WAIT_MS;
+	while (!gone && t_now_ms() < end) {
+		if (!cli_news(&h, 20, &r, 1))
+			continue;
+		cr_assert_eq(r.qp, qp, "news %d of another queue pair", r.news);
+		if (r.news == RIG_NEWS_RING)
+			continue;	/* its receive, failed: polled below */
+		cr_assert_eq(r.news, RIG_NEWS_GONE, "news %d, result %d", r.news, r.result);
+		cr_assert_eq(r.result, -ECONNRESET, "GONE with %d", r.result);
+		cr_assert_eq(r.cookie, cookie);
+		gone = true;
+		gone_at = t_now_ms();
+	}
+	cr_assert(gone, "no RIG_NEWS_GONE in %d ms after the listener's REJ: the queue pair "
+		  "keeps a peer that is gone", REJ_WAIT_MS);
+	cr_log_info("RIG_NEWS_GONE %.1f ms after the listener dropped the handshake",
+		    gone_at - t0);
+	ret = rig_qp_poll(qp, RIG_RECEIVE, &c);
+	cr_assert_eq(ret, 1, "the receive did not complete: %d", ret);
+	cr_assert_eq(c.error, -ECONNRESET, "the receive: %d (%s)", c.error, c.why);
+	cr_assert(c.why && strstr(c.why, "REJECTED"), "the receive's reason: %s", c.why);
+	cr_assert_eq(rig_qp_failure(qp, &st), -ECONNRESET);
+	cr_assert_eq(st, -1, "wc status %d: the failure came from rdma_cm, not a completion",
+		     st);
+
+	rej_wire_mend();
+	cr_assert_eq(rig_qp_destroy(qp), 0, "rig_qp_destroy: %s", rig_errmsg());
+	cli_close(&h);
+	rdma_destroy_id(lid);
+	rdma_destroy_event_channel(ch);
+	cr_assert_eq(rig_qp_destroy(lqp), 0, "rig_qp_destroy: %s", rig_errmsg());
+	cr_assert_eq(rig_nic_close(sn), 0, "%s", rig_errmsg());
+}
+
 /* ---- 2. hostile clients -------------------------------------------------- */
 
 /*
