@@ -95,4 +95,10 @@ double t_now_ms(void);
  * fails. */
 void t_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* The wire between the two hosts whole again after a test cut it: no
+ * qdisc on either end, and no neighbour entry left half-resolved (an
+ * INCOMPLETE one would make the next ARP probe, and so the next connect,
+ * wait up to a second). Never asserts: fini may call it. */
+void t_wire_mend(void);
+
 #endif

@@ -1638,25 +1638,8 @@ Test(conn, blocking_dial_and_accept_meet_the_loop, .timeout = 120)
  * (it comes within a millisecond on a whole wire). */
 #define RTU_WATCH_MS 200
 
-/* The wire whole again after the cut: no qdisc on the dialer's end, and
- * no neighbour entry left half-resolved by an ARP the cut lost. Quiet:
- * it is also the test's fini, which must not assert. */
-static void rej_wire_mend(void)
-{
-	char cmd[256];
-	int ret;
-
-	if (!t_peer_dev())
-		return;
-	snprintf(cmd, sizeof(cmd), "tc qdisc del dev %s root 2>/dev/null; "
-		 "ip neigh flush dev %s; ip neigh flush dev %s",
-		 t_netdev(), t_netdev(), t_peer_netdev());
-	ret = system(cmd);
-	(void)ret;
-}
-
 Test(conn, a_REJ_after_the_dial_was_up_fails_its_queue_pair, .timeout = 60,
-     .fini = rej_wire_mend)
+     .fini = t_wire_mend)
 {
 	const uint64_t cookie = 0xabad1dea00000005ull;
 	uint8_t priv[RIG_CM_PRIVATE];
@@ -1676,7 +1659,7 @@ Test(conn, a_REJ_after_the_dial_was_up_fails_its_queue_pair, .timeout = 60,
 
 	if (!t_peer_dev())
 		cr_skip_test("the cut of one direction needs the two-host topology");
-	rej_wire_mend();	/* in case a crashed run (no fini) left it cut */
+	t_wire_mend();	/* in case a crashed run (no fini) left it cut */
 	/* The listener's endpoint: a queue pair of its host that the dialer
 	 * connects to; it never needs to answer. */
 	sn = t_nic_open(server_dev());
@@ -1770,7 +1753,7 @@ Test(conn, a_REJ_after_the_dial_was_up_fails_its_queue_pair, .timeout = 60,
 	cr_assert_eq(st, -1, "wc status %d: the failure came from rdma_cm, not a completion",
 		     st);
 
-	rej_wire_mend();
+	t_wire_mend();
 	cr_assert_eq(rig_qp_destroy(qp), 0, "rig_qp_destroy: %s", rig_errmsg());
 	cli_close(&h);
 	rdma_destroy_id(lid);

@@ -57,19 +57,6 @@ static void wire_unblock(void)
 	sh_quiet(cmd);
 }
 
-/* Whole again after wire_cut(): no qdisc, and no neighbour entry left
- * half-resolved (an INCOMPLETE one would make the kernel's next ARP probe,
- * and so the next connect, wait up to a second). */
-static void wire_restore(void)
-{
-	char cmd[256];
-
-	wire_unblock();
-	snprintf(cmd, sizeof(cmd), "ip neigh flush dev %s; ip neigh flush dev %s",
-		 t_netdev(), t_peer_netdev());
-	sh_quiet(cmd);
-}
-
 /* Every packet either end sends is lost, ARP included, and both neighbour
  * caches forget the other's MAC, so that resolving it again needs the
  * (lost) ARP. Both directions: an ARP reply to a request sent before the
@@ -114,7 +101,7 @@ static void teardown(void)
  * where a failed assertion still gets (a crash does not). */
 static void wire_teardown(void)
 {
-	wire_restore();
+	t_wire_mend();
 	teardown();
 }
 
@@ -613,7 +600,7 @@ static void cut_done(struct cut *k)
 	cr_assert_eq(rig_qp_send(k->qa, k->txa.r, 0, 8), 0);
 	expect(k->qa, RIG_SEND, -ETIMEDOUT, 0, "F5: a send posted after the failure");
 	expect_idle(k->qa);
-	wire_restore();
+	t_wire_mend();
 }
 
 /* M3, F3, F5: the send fails with -ETIMEDOUT in the window; the receive
@@ -710,7 +697,7 @@ Test(wire, M5_C1_connect_refused_at_RTR_wire_cut_then_again)
 	rig_qp_endpoint(qb, &eb);
 	wire_cut();
 	expect_refused_at_rtr(qa, &eb);
-	wire_restore();
+	t_wire_mend();
 	connect_again_and_talk(qa, qb, &eb);
 }
 
