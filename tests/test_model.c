@@ -826,23 +826,9 @@ static void fault_destroy(int pair)
 	fault_send(x);
 }
 
-static const char *netdev(int peer)
-{
-	const char *n = getenv(peer ? "RIG_TEST_PEER_NETDEV" : "RIG_TEST_NETDEV");
-
-	return n ? n : peer ? "veth1" : "veth0";
-}
-
 static void wire_restore(void)
 {
-	char cmd[256];
-	int ret;
-
-	snprintf(cmd, sizeof(cmd), "tc qdisc del dev %s root 2>/dev/null; "
-		 "tc qdisc del dev %s root 2>/dev/null; ip neigh flush dev %s; "
-		 "ip neigh flush dev %s", netdev(0), netdev(1), netdev(0), netdev(1));
-	ret = system(cmd);
-	(void)ret;
+	t_wire_mend();
 	cut = 0;
 }
 
@@ -861,8 +847,8 @@ static void fault_cut(void)
 
 	cut = 1;
 	st.cuts++;
-	t_sh("tc qdisc add dev %s root netem loss 100%%", netdev(0));
-	t_sh("tc qdisc add dev %s root netem loss 100%%", netdev(1));
+	t_sh("tc qdisc add dev %s root netem loss 100%%", t_netdev());
+	t_sh("tc qdisc add dev %s root netem loss 100%%", t_peer_netdev());
 	for (pair = 0; pair < NPAIR; pair++) {
 		if (!cross(pair) || doom_step[pair])
 			continue;
