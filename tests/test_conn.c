@@ -1026,9 +1026,25 @@ static size_t garbage(int kind, const struct rig_endpoint *e, uint8_t out[56])
 	}
 }
 
-static void raw_connect(struct raw *r, struct rid *d)
+/* What a raw rdma_cm end offers: rig's own numbers (one read each way,
+ * retries and RNR retries at their most), @priv the private data. */
+static struct rdma_conn_param raw_param(const void *priv, size_t len, uint32_t qp_num)
 {
 	struct rdma_conn_param p = { 0 };
+
+	p.private_data = len ? priv : NULL;
+	p.private_data_len = (uint8_t)len;
+	p.qp_num = qp_num;
+	p.responder_resources = 1;
+	p.initiator_depth = 1;
+	p.retry_count = 7;
+	p.rnr_retry_count = 7;
+	return p;
+}
+
+static void raw_connect(struct raw *r, struct rid *d)
+{
+	struct rdma_conn_param p;
 	struct rig_endpoint e = r->e;
 	uint8_t priv[56];
 	size_t len;
@@ -1046,13 +1062,7 @@ static void raw_connect(struct raw *r, struct rid *d)
 		rig_cm_pack(&e, priv);
 		len = RIG_CM_PRIVATE;
 	}
-	p.private_data = len ? priv : NULL;
-	p.private_data_len = (uint8_t)len;
-	p.qp_num = e.qp;
-	p.responder_resources = 1;
-	p.initiator_depth = 1;
-	p.retry_count = 7;
-	p.rnr_retry_count = 7;
+	p = raw_param(priv, len, e.qp);
 	/* Read the clock first: the server may take the request before
 	 * rdma_connect() returns. */
 	d->t_connect = t_now_ms();
@@ -1643,7 +1653,7 @@ Test(conn, a_REJ_after_the_dial_was_up_fails_its_queue_pair, .timeout = 60,
 {
 	const uint64_t cookie = 0xabad1dea00000005ull;
 	uint8_t priv[RIG_CM_PRIVATE];
-	struct rdma_conn_param p = { 0 };
+	struct rdma_conn_param p;
 	struct rdma_event_channel *ch;
 	struct rdma_cm_event *ev;
 	struct rdma_cm_id *lid, *id = NULL;
@@ -1691,13 +1701,7 @@ Test(conn, a_REJ_after_the_dial_was_up_fails_its_queue_pair, .timeout = 60,
 	/* Cut the way to the listener: the dialer's packets leave by its
 	 * netdev. The answer goes out whole; the RTU after it is lost. */
 	t_sh("tc qdisc add dev %s root netem loss 100%%", t_netdev());
-	p.private_data = priv;
-	p.private_data_len = RIG_CM_PRIVATE;
-	p.qp_num = e.qp;
-	p.responder_resources = 1;
-	p.initiator_depth = 1;
-	p.retry_count = 7;
-	p.rnr_retry_count = 7;
+	p = raw_param(priv, RIG_CM_PRIVATE, e.qp);
 	cr_assert_eq(rdma_accept(id, &p), 0, "rdma_accept: %s", strerror(errno));
 
 	/* The dial is up, on the dialer's side. A receive waits for a
