@@ -5,7 +5,7 @@
  * bytes, and every reply is checked byte for byte against what was sent.
  *
  *	rig-echo-load -d DEV -a ADDR -p PORT [-P PORTS] -c CONNS -s SIZE
- *		      -n MSGS [-t THREADS] [-i MS] [-g] [-k]
+ *		      -n MSGS [-t THREADS] [-i MS] [-w MS] [-g] [-k]
  *
  * Connection i dials port PORT + i % PORTS (rig-echo's thread j listens on
  * PORT + j) and is served by thread i % THREADS, which has a loop of its
@@ -16,8 +16,14 @@
  * dropped SYN again, for 30 s from the first; so is a connection the
  * server let go before greeting it. The connection then posts a
  * receive and waits for the server's greeting, an empty message the
- * server sends once it has receives posted (see rig-echo.c), and from
- * then on keeps one message in flight per connection: it posts the
+ * server sends once it has receives posted (see rig-echo.c). A server
+ * that never sends it hung or vanished between its answer and its
+ * greeting, and no failure would ever tell us: RC has no keepalive, and
+ * a queue pair with only a receive posted sends nothing. So a timer of
+ * our own, one per thread in its ring, ends a connection not greeted
+ * within MS milliseconds of the dial's outcome (-w; 30 s by default),
+ * with no new dial: a server that hung would not answer one. From then
+ * on the connection keeps one message in flight: it posts the
  * receive of the reply, fills message seq with a pattern drawn from the
  * connection's identity (pid, i) and seq, sends it, and once the reply and
  * the send's completion are both in, checks the reply and starts the next
@@ -68,10 +74,12 @@
 #define EL_DIAL_US 30000000	/* a busy emulated guest connects slowly */
 #define EL_REDIAL_MS 20		/* the first pause after a refused dial */
 #define EL_REDIAL_MAX_MS 1000	/* doubling up to this */
+#define EL_GREETING_MS 30000	/* -w's default */
+#define EL_TICK_MAX_MS 1000	/* the greeting timer's period, at most */
 
 /* user_data of the SQEs: the kind, and for EL_NEXT and EL_REDIAL the
  * connection's index in its thread */
-enum { EL_RIG = 1, EL_NEXT, EL_SIGNAL, EL_GO, EL_REDIAL };
+enum { EL_RIG = 1, EL_NEXT, EL_SIGNAL, EL_GO, EL_REDIAL, EL_TICK };
 #define EL_DATA(kind, k) ((uint64_t)(k) << 8 | (kind))
 
 struct el_opts {
@@ -83,6 +91,7 @@ struct el_opts {
 	unsigned long long msgs;
 	unsigned int threads;
 	unsigned int interval_ms;
+	unsigned int greeting_ms;	/* -w */
 	bool forever;
 	bool gate;
 };
@@ -102,6 +111,7 @@ struct el_conn {
 	uint32_t reply_bytes;
 	uint64_t t_sent, t_reply;	/* ns */
 	uint64_t dial_end;		/* ns: no dial starts after this */
+	uint64_t greeting_end;		/* ns: the greeting is late after this */
 	unsigned int refused;		/* dials refused so far */
 	struct __kernel_timespec pause;	/* before the next dial */
 };
@@ -116,6 +126,8 @@ struct el_thread {
 	struct io_uring ring;
 	bool ring_up;
 	struct __kernel_timespec interval;
+	struct __kernel_timespec tick;	/* the greeting timer's period */
+	bool ticking;			/* its timeout is in the ring */
 	bool go;			/* -g: SIGUSR1 came */
 	struct el_conn **conn;		/* the thread's connections */
 	unsigned int nconns, ended;
@@ -258,6 +270,15 @@ static int el_send_next(struct el_thread *t, struct el_conn *c)
 	return 0;
 }
 
+/* Queues the greeting timer's next tick, unless it is queued. */
+static void el_tick_arm(struct el_thread *t)
+{
+	if (t->ticking)
+		return;
+	t->ticking = true;
+	io_uring_prep_timeout(el_sqe(t, EL_TICK), &t->tick, 0, 0);
+}
+
 /* Starts @c's dial; its outcome comes as news (el_on_dialed). */
 static void el_dial(struct el_thread *t, struct el_conn *c)
 {
@@ -332,8 +353,40 @@ static void el_on_dialed(struct el_thread *t, const struct rig_ready *r)
 	}
 	/* the greeting's, into the reply's place */
 	ret = rig_qp_receive(c->qp, c->region, l->o.size, l->o.size);
-	if (ret)
+	if (ret) {
 		el_conn_fail(t, c, "receive: %s", strerror(-ret));
+		return;
+	}
+	c->greeting_end = el_now_ns() + l->o.greeting_ms * 1000000ull;
+	el_tick_arm(t);
+}
+
+/*
+ * The greeting timer ticks: ends each connection whose greeting is late,
+ * and ticks again while a connection still waits for one. A connection
+ * waits at most a period more than -w says.
+ */
+static void el_on_tick(struct el_thread *t, int res)
+{
+	uint64_t now = el_now_ns();
+	struct el_conn *c;
+	unsigned int k;
+
+	t->ticking = false;
+	if (res != -ETIME) {
+		fprintf(stderr, "the greeting timer: %s\n", strerror(-res));
+		exit(1);
+	}
+	for (k = 0; k < t->nconns; k++) {
+		c = t->conn[k];
+		if (c->ended || c->greeted || !c->qp)
+			continue;
+		if (now >= c->greeting_end)
+			el_conn_fail(t, c, "no greeting from the server in %u ms",
+				     t->l->o.greeting_ms);
+		else
+			el_tick_arm(t);
+	}
 }
 
 /* The server's greeting: now it has receives posted for us. */
@@ -610,6 +663,10 @@ static int el_loop(struct el_thread *t)
 				el_on_go(t);
 				continue;
 			}
+			if (data == EL_TICK) {
+				el_on_tick(t, cqe->res);
+				continue;
+			}
 			if ((data & 0xff) == EL_REDIAL) {
 				if ((data >> 8) < t->nconns &&
 				    !t->conn[data >> 8]->ended)
@@ -654,6 +711,11 @@ static int el_thread_setup(struct el_thread *t)
 	}
 	t->interval.tv_sec = l->o.interval_ms / 1000;
 	t->interval.tv_nsec = (long long)(l->o.interval_ms % 1000) * 1000000;
+	/* a tenth of -w, from 1 ms to EL_TICK_MAX_MS */
+	k = l->o.greeting_ms / 10;
+	k = k < 1 ? 1 : k > EL_TICK_MAX_MS ? EL_TICK_MAX_MS : k;
+	t->tick.tv_sec = k / 1000;
+	t->tick.tv_nsec = (long long)(k % 1000) * 1000000;
 	ret = io_uring_queue_init(EL_URING_ENTRIES, &t->ring, 0);
 	if (ret) {
 		fprintf(stderr, "io_uring_queue_init: %s\n", strerror(-ret));
@@ -802,7 +864,7 @@ static void el_usage(const char *argv0)
 {
 	fprintf(stderr,
 		"Usage: %s -d DEV -a ADDR -p PORT [-P PORTS] -c CONNS -s SIZE -n MSGS\n"
-		"          [-t THREADS] [-i MS] [-g] [-k]\n"
+		"          [-t THREADS] [-i MS] [-w MS] [-g] [-k]\n"
 		"  -d DEV      RDMA device (default: the first RoCE v2 device)\n"
 		"  -a ADDR     the server's address\n"
 		"  -p PORT     connection i dials PORT + i %% PORTS\n"
@@ -812,6 +874,8 @@ static void el_usage(const char *argv0)
 		"  -n MSGS     round trips per connection (default 1000)\n"
 		"  -t THREADS  threads, each with its loop (default 1)\n"
 		"  -i MS       a pause between a reply and the next message (default 0)\n"
+		"  -w MS       how long a connection waits for the server's greeting\n"
+		"              (default 30000)\n"
 		"  -g          once every connection is up, print \"ready: ...\" and\n"
 		"              send nothing before a SIGUSR1\n"
 		"  -k          never stop (until killed); no latency columns\n",
@@ -834,7 +898,7 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 	unsigned long long v;
 	int c;
 
-	while ((c = getopt(argc, argv, "d:a:p:P:c:s:n:t:i:gk")) != -1) {
+	while ((c = getopt(argc, argv, "d:a:p:P:c:s:n:t:i:w:gk")) != -1) {
 		if (c == 'd') {
 			o->dev = optarg;
 			continue;
@@ -854,7 +918,7 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 		if (c == '?')
 			return -1;
 		if (el_number(optarg, c == 'i' ? 0 : 1, c == 'n' ? 1ull << 32 :
-			      c == 's' ? 1u << 24 : c == 'i' ? 3600000 : 65535, &v))
+			      c == 's' ? 1u << 24 : c == 'i' || c == 'w' ? 3600000 : 65535, &v))
 			return -1;
 		switch (c) {
 		case 'p': o->port = (unsigned int)v; break;
@@ -863,6 +927,7 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 		case 's': o->size = (size_t)v; break;
 		case 'n': o->msgs = v; break;
 		case 'i': o->interval_ms = (unsigned int)v; break;
+		case 'w': o->greeting_ms = (unsigned int)v; break;
 		case 't':
 			if (v > EL_THREADS_MAX)
 				return -1;
@@ -896,7 +961,7 @@ static int el_gate(struct el_load *l)
 int main(int argc, char *argv[])
 {
 	struct el_opts o = { .ports = 1, .conns = 1, .size = 64, .msgs = 1000,
-			     .threads = 1 };
+			     .threads = 1, .greeting_ms = EL_GREETING_MS };
 	struct el_load *l;
 	unsigned int i;
 	int ret, status = 0;
