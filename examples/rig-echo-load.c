@@ -494,6 +494,10 @@ static void el_poll(struct el_thread *t, struct el_conn *c, enum rig_side side)
 	while ((ret = rig_qp_poll(c->qp, side, &cp)) == 1) {
 		if (c->ended)
 			continue;
+		/* the server dropped the handshake after ours ended: GONE
+		 * comes too, and el_on_dropped dials again */
+		if (cp.error == -ECONNRESET && !c->greeted)
+			continue;
 		if (cp.error) {
 			el_conn_fail(t, c, "%s failed: %s (%d)",
 				     side == RIG_SEND ? "send" : "receive",
