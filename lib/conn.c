@@ -4,23 +4,43 @@
  * pair. rdma_cm carries the endpoints and resolves addresses; the queue
  * pair is rig's own, connected by rig_qp_connect, so its timeouts and
  * access rules are the same as for an endpoint exchanged any other way.
- * A connection owns its queue pair's rdma_cm id, and gives it back through
- * the queue pair's release hook when the queue pair is destroyed.
  *
- * Each handshake is a sequence of steps, one per rdma_cm event, and no
- * step waits: conn_event() takes one event and makes the next control
- * call. The slow part of a step (making a queue pair, taking it to RTS)
- * runs on the loop's helper thread (loop.c), which then makes the step's
- * rdma_cm call under cm_lock; so does freeing a queue pair of a dropped
- * handshake. The loop's thread makes one control call per event at most
- * (no more than the sends of a socket server's accept). A loop's connections get their events from the loop's rdma_cm
- * channel, read by the demultiplexer (events.c) whenever rig_loop_fd()
- * fires; their bounds run on the loop's timer. rig_dial and rig_accept
- * drive the same steps from a channel of their own, waiting on it with
- * poll(); a connection they made moves to the loop's channel once up, so
- * that the loop hears when its peer leaves.
+ * The handshake, one step per rdma_cm event (conn_step()); no step waits:
+ *
+ *	state            side    takes                 then
+ *	RESOLVING_ADDR   dial    ADDR_RESOLVED         RESOLVING_ROUTE
+ *	RESOLVING_ROUTE  dial    ROUTE_RESOLVED        MAKING, then CONNECTING
+ *	CONNECTING       dial    CONNECT_RESPONSE      ESTABLISHING, then UP
+ *	MAKING           accept  (the request made it) ACCEPTING
+ *	ACCEPTING        accept  ESTABLISHED           UP
+ *	UP               both    DISCONNECTED, REJECTED, DEVICE_REMOVAL,
+ *	                         CONNECT_ERROR, UNREACHABLE: the peer is gone
+ *
+ * Any other event before UP ends the handshake with its error (DONE). In
+ * MAKING and ESTABLISHING the slow part (making a queue pair, taking it
+ * to RTS) runs on the loop's helper thread (loop.c), which then takes
+ * the next step under cm_lock; a step that fails meanwhile leaves the
+ * helper to finish the drop. The loop's thread makes one control call
+ * per event at most. A loop's connections get their events from the
+ * loop's rdma_cm channel (events.c), their bounds run on the loop's
+ * timer. rig_dial and rig_accept take the same steps from a channel of
+ * their own, inline; a connection they made moves to the loop's channel
+ * once up, so that the loop hears when its peer leaves.
+ *
+ * Where a connection is (conn.home), all under its loop's cm_lock:
+ *	HANDSHAKE  in loop->handshakes: a loop's handshake under way
+ *	HALF_OPEN  in its listener's half_open: rig_listen's, under way
+ *	ACCEPTED   in its listener's accepted: up, not yet taken by rig_accept
+ *	NONE       on no list: up and the application's (its queue pair's
+ *	           release hook ends it), rig_dial's until it returns, or
+ *	           the helper's until it finishes a step that failed
+ *	NEWS       on no list: a loop's dial that failed, all it held given
+ *	           back; its DIALED news frees it when handed out
+ * Its news (up, gone) sits in the loop's list, under the loop's lock.
+ * conn_end() is the one way a connection goes, from wherever it is.
  */
 #include <arpa/inet.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,16 +59,18 @@
 enum cm_kind { CM_LISTENER, CM_CONN };
 
 enum conn_state {
-	CONN_RESOLVING_ADDR,	/* dial: rdma_resolve_addr sent */
-	CONN_RESOLVING_ROUTE,	/* dial: rdma_resolve_route sent */
-	CONN_MAKING,		/* its queue pair is being made (and for an
-				 * accept, connected) off the loop */
-	CONN_CONNECTING,	/* dial: rdma_connect sent */
-	CONN_ESTABLISHING,	/* dial: its queue pair goes to RTS off the loop */
-	CONN_ACCEPTING,		/* accept: rdma_accept sent */
+	CONN_RESOLVING_ADDR,
+	CONN_RESOLVING_ROUTE,
+	CONN_MAKING,
+	CONN_CONNECTING,
+	CONN_ESTABLISHING,
+	CONN_ACCEPTING,
 	CONN_UP,
-	CONN_DONE,		/* failed or dropped; freed soon */
+	CONN_DONE,
 };
+
+enum conn_home { HOME_NONE, HOME_HANDSHAKE, HOME_HALF_OPEN, HOME_ACCEPTED,
+		 HOME_NEWS };
 
 struct rig_listener {
 	enum cm_kind kind;
@@ -57,7 +79,7 @@ struct rig_listener {
 	struct rdma_event_channel *ch;	/* rig_listen's own, or the loop's */
 	bool blocking;			/* rig_listen: rig_accept takes them */
 	uint64_t cookie;
-	struct rig__owned owned;	/* in loop->owned */
+	struct rig__list link;		/* in loop->listeners */
 	/* rig_listen's: handshakes under way, and connections up that
 	 * rig_accept has not handed out yet; -EPROTO once a request with
 	 * garbage was rejected. */
@@ -70,18 +92,20 @@ struct conn {
 	enum cm_kind kind;
 	struct rig_loop *loop;
 	struct rdma_cm_id *id;
-	struct rig_listener *listener;	/* the accepting side's, while half-open */
+	struct rig_listener *listener;	/* the accepting side's, until up */
 	bool accepting;
 	bool blocking;			/* rig_dial's or rig_listen's */
 	enum conn_state state;
+	enum conn_home home;
+	struct rig__list link;		/* in the list home names, if any */
 	int result;			/* once CONN_DONE or CONN_UP */
 	int64_t deadline;		/* while half-open */
 	uint64_t cookie;
 	struct rig__qp *qp;
 	struct rig_endpoint peer;
-	/* While half-open: in loop->owned (loop-driven) or the listener's
-	 * half_open; once up, in the listener's accepted (rig_listen's). */
-	struct rig__owned owned;
+	/* The endpoint's GID is the address rdma_cm connected to, so the
+	 * peer may be one of our own queue pairs (M4). */
+	bool may_be_local;
 	struct rig__qp_owner qp_owner;
 	struct rig__news up, gone;	/* ACCEPTED or DIALED, then GONE */
 	/* A step's slow part and what follows it (cm_lock held); while
@@ -92,8 +116,33 @@ struct conn {
 	void (*then)(struct conn *c, int ret);
 };
 
+/* What a step needs of an event, copied so the event can be acked first
+ * (rdma_destroy_id waits for the acks of its events). */
+struct cm_ev {
+	enum rdma_cm_event_type type;
+	int status;
+	struct rdma_cm_id *id, *listen_id;
+	uint8_t priv[64];
+	size_t priv_len;
+};
+
+/* An event a wait read, kept for the loop (in loop->cm_kept). */
+struct kept {
+	struct rig__list link;
+	struct cm_ev ev;
+};
+
 static const struct rig__cm_consumer consumer;
 
+/* The name a failure's message gives the call that drove it. */
+static const char *step_name(const struct conn *c)
+{
+	if (c->accepting)
+		return c->blocking ? "rig_accept" : "rig_loop_listen";
+	return c->blocking ? "rig_dial" : "rig_loop_dial";
+}
+
+/* @us from now on the monotonic clock; @us >= 0. */
 static int64_t deadline_after(int64_t us)
 {
 	if (us > INT64_MAX / 4000)
@@ -132,6 +181,28 @@ static int same_device(const struct rig_nic *nic, const struct rdma_cm_id *id,
 	return rig__fail(ENODEV, "%s: the address is on %s, not on %s", step, dev, nic->name);
 }
 
+/*
+ * Whether the peer's endpoint names the address rdma_cm connected to:
+ * RoCE's GID of an IPv6 address is the address, of an IPv4 one
+ * ::ffff:a.b.c.d. The endpoint is the peer's word; the address is what
+ * the network delivered. Only then may its QPN make it one of ours (M4).
+ */
+static bool gid_is_peer_address(struct rdma_cm_id *id, const struct rig_endpoint *peer)
+{
+	const struct sockaddr *sa = rdma_get_peer_addr(id);
+	uint8_t gid[16] = { 0 };
+
+	if (sa->sa_family == AF_INET) {
+		gid[10] = gid[11] = 0xff;
+		memcpy(gid + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+	} else if (sa->sa_family == AF_INET6) {
+		memcpy(gid, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+	} else {
+		return false;
+	}
+	return !memcmp(gid, peer->gid, 16);
+}
+
 static void conn_param(struct rdma_conn_param *p, const uint8_t *priv,
 		       const struct rig__qp *qp)
 {
@@ -148,47 +219,49 @@ static void conn_param(struct rdma_conn_param *p, const uint8_t *priv,
 
 /* ------------------------------------------------------------ lifetimes */
 
-static void conn_owned_close(struct rig__owned *o);
-
-/* The connection an entry of loop->owned is, or NULL for a listener. */
-static struct conn *half_open(struct rig__list *l)
+static void set_home(struct conn *c, enum conn_home home, struct rig__list *list)
 {
-	struct rig__owned *o = container_of(l, struct rig__owned, link);
-
-	return o->close == conn_owned_close ? container_of(o, struct conn, owned) : NULL;
+	rig__list_del(&c->link);
+	c->home = home;
+	if (list)
+		rig__list_add(list->prev, &c->link);
 }
 
-/* The earliest deadline of the loop's half-open connections arms its
- * timer; none disarms it. cm_lock held. */
+/* The earliest deadline of the loop's handshakes arms its timer; none
+ * disarms it. cm_lock held. */
 static void rearm(struct rig_loop *loop)
 {
 	int64_t first = 0;
 	struct rig__list *l;
 
-	for (l = loop->owned.next; l != &loop->owned; l = l->next) {
-		struct conn *c = half_open(l);
+	for (l = loop->handshakes.next; l != &loop->handshakes; l = l->next) {
+		struct conn *c = container_of(l, struct conn, link);
 
-		if (c && (!first || c->deadline < first))
+		if (!first || c->deadline < first)
 			first = c->deadline;
 	}
 	rig__events_set_timer(loop, first);
 }
 
-static void conn_free(struct conn *c)
+/* Kept events that name @id go: it is being destroyed. A kept request's
+ * new id goes with its listener's id. cm_lock held. */
+static void forget_kept(struct rig_loop *loop, const struct rdma_cm_id *id)
 {
-	if (c->qp) {
-		/* Not through the release hook: we are that connection. */
-		c->qp->owner = NULL;
-		rig__qp_free(c->qp);
-	}
-	if (c->id)
-		rdma_destroy_id(c->id);
-	free(c);
-}
+	struct rig__list *l, *next;
 
-static void free_when_handed(struct rig__news *n)
-{
-	free(container_of(n, struct conn, up));
+	for (l = loop->cm_kept.next; l != &loop->cm_kept; l = next) {
+		struct kept *k = container_of(l, struct kept, link);
+
+		next = l->next;
+		if (id && k->ev.id != id && k->ev.listen_id != id)
+			continue;
+		if (k->ev.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+			rdma_reject(k->ev.id, NULL, 0);
+			rdma_destroy_id(k->ev.id);
+		}
+		rig__list_del(l);
+		free(k);
+	}
 }
 
 /* A queue pair freed off the loop. */
@@ -211,7 +284,7 @@ static void free_qp(struct conn *c)
 {
 	struct reap *r = c->blocking ? NULL : malloc(sizeof(*r));
 
-	c->qp->owner = NULL;
+	c->qp->owner = NULL;	/* not through the release hook: we are it */
 	if (r) {
 		*r = (struct reap){ .job.work = reap_work, .qp = c->qp };
 		if (!rig__loop_defer(c->loop, &r->job))
@@ -223,42 +296,67 @@ out:
 	c->qp = NULL;
 }
 
-/* The rest of fail(), once no helper works on @c. */
-static void drop(struct conn *c)
+/* Gives back what @c holds: its place in a list, its queue pair, its id
+ * and what was kept for it. cm_lock held; no helper works on it. */
+static void conn_strip(struct conn *c)
 {
+	set_home(c, HOME_NONE, NULL);
 	if (c->qp)
 		free_qp(c);
 	if (c->id) {
+		forget_kept(c->loop, c->id);
 		rdma_destroy_id(c->id);
 		c->id = NULL;
 	}
-	if (c->blocking)
-		return;		/* the blocking wrapper frees it */
+}
+
+/* The one way a connection goes: off whatever list holds it, its news
+ * withdrawn, its queue pair and id destroyed, its memory freed. */
+static void conn_end(struct conn *c)
+{
+	conn_strip(c);
+	rig__loop_unpost(c->loop, &c->up);
+	rig__loop_unpost(c->loop, &c->gone);
+	free(c);
+}
+
+/* A failed dial's news was handed out (loop->lock held): conn_strip
+ * left nothing else of it. */
+static void free_when_handed(struct rig__news *n)
+{
+	free(container_of(n, struct conn, up));
+}
+
+/* The rest of fail(), once no helper works on @c. A loop's dial reports
+ * its outcome as news; rig_dial's caller ends its own; an accept that
+ * failed goes without a word. */
+static void finish(struct conn *c)
+{
+	if (c->blocking && !c->accepting)
+		return;
 	if (c->accepting) {
-		free(c);
+		conn_end(c);
 		return;
 	}
+	conn_strip(c);
+	c->home = HOME_NEWS;
 	c->up.what = (struct rig_ready){ NULL, RIG_SEND, RIG_NEWS_DIALED, c->result, c->cookie };
 	c->up.handed = free_when_handed;
 	rig__loop_post(c->loop, &c->up);
 }
 
-/*
- * Ends a handshake that did not make it, with -@err. A dial the loop
- * drives reports it as news, and its memory goes when the news is handed
- * out; an accept that fails is dropped without a word. While the helper
- * works on it, the helper finishes the drop.
- */
+/* Ends a handshake that did not make it, with -@err; while the helper
+ * works on it, the helper finishes. */
 static void fail(struct conn *c, int err)
 {
-	if (c->listener && c->state != CONN_UP && c->state != CONN_DONE)
+	if (c->listener)
 		c->listener->handshakes--;
 	c->listener = NULL;
 	c->state = CONN_DONE;
 	c->result = -err;
-	rig__list_del(&c->owned.link);
+	set_home(c, HOME_NONE, NULL);
 	if (!c->in_job)
-		drop(c);
+		finish(c);
 }
 
 /* The helper's half of a step: its slow part, then the rest under cm_lock. */
@@ -271,7 +369,7 @@ static void job_work(struct rig__job *job)
 	pthread_mutex_lock(&loop->cm_lock);
 	c->in_job = false;
 	if (c->state == CONN_DONE)
-		drop(c);	/* failed or dropped meanwhile */
+		finish(c);	/* failed or dropped meanwhile */
 	else
 		c->then(c, ret);
 	pthread_mutex_unlock(&loop->cm_lock);
@@ -295,29 +393,19 @@ static void off_loop(struct conn *c, enum conn_state state, int (*slow)(struct c
 	then(c, slow(c));
 }
 
-/* The queue pair goes (rig_qp_destroy): the connection goes with it. */
+/* The queue pair goes (rig_qp_destroy, rig_nic_close): so does its
+ * connection. Under cm_lock no event of the id is being handled: every
+ * one read is acked, so destroying the id cannot wait. */
 static void release(struct rig__qp_owner *o)
 {
 	struct conn *c = container_of(o, struct conn, qp_owner);
 	struct rig_loop *loop = c->loop;
 
-	/* Under cm_lock no event of the id is being handled: every one read
-	 * is acked, so destroying the id cannot wait. */
 	pthread_mutex_lock(&loop->cm_lock);
-	rig__list_del(&c->owned.link);	/* if rig_accept never took it */
-	pthread_mutex_lock(&loop->lock);
-	rig__list_del(&c->up.link);
-	rig__list_del(&c->gone.link);
-	pthread_mutex_unlock(&loop->lock);
+	c->qp = NULL;		/* its destroyer frees it */
 	rdma_disconnect(c->id);
-	rdma_destroy_id(c->id);
+	conn_end(c);
 	pthread_mutex_unlock(&loop->cm_lock);
-	free(c);
-}
-
-static void conn_owned_close(struct rig__owned *o)
-{
-	conn_free(container_of(o, struct conn, owned));
 }
 
 static struct conn *conn_new(struct rig_loop *loop, bool blocking, uint64_t cookie)
@@ -330,50 +418,42 @@ static struct conn *conn_new(struct rig_loop *loop, bool blocking, uint64_t cook
 	c->loop = loop;
 	c->blocking = blocking;
 	c->cookie = cookie;
-	c->owned.close = conn_owned_close;
+	c->home = HOME_NONE;
 	c->qp_owner.release = release;
-	rig__list_init(&c->owned.link);
+	rig__list_init(&c->link);
 	rig__list_init(&c->up.link);
 	rig__list_init(&c->gone.link);
 	return c;
 }
 
-/* The handshake is done: the queue pair is the application's now. */
+/* The handshake is done: the queue pair is the application's now, or
+ * rig_accept's to hand out. */
 static void up(struct conn *c)
 {
 	struct rig_listener *l = c->listener;
+	uint64_t cookie = l ? l->cookie : c->cookie;
 
 	if (l)
 		l->handshakes--;
+	c->listener = NULL;
 	c->state = CONN_UP;
 	c->result = 0;
 	c->qp->owner = &c->qp_owner;
-	rig__list_del(&c->owned.link);
-	c->gone.what = (struct rig_ready){ &c->qp->pub, RIG_SEND, RIG_NEWS_GONE, 0,
-					   l ? l->cookie : c->cookie };
-	if (c->blocking && l) {
-		rig__list_add(l->accepted.prev, &c->owned.link);
+	c->gone.what = (struct rig_ready){ &c->qp->pub, RIG_SEND, RIG_NEWS_GONE, 0, cookie };
+	if (c->blocking && c->accepting) {
+		set_home(c, HOME_ACCEPTED, &l->accepted);
 		return;
 	}
+	set_home(c, HOME_NONE, NULL);
 	if (c->blocking)
-		return;
+		return;		/* rig_dial returns it */
 	c->up.what = (struct rig_ready){ &c->qp->pub, RIG_SEND,
-					 l ? RIG_NEWS_ACCEPTED : RIG_NEWS_DIALED, 0,
-					 l ? l->cookie : c->cookie };
+					 c->accepting ? RIG_NEWS_ACCEPTED : RIG_NEWS_DIALED,
+					 0, cookie };
 	rig__loop_post(c->loop, &c->up);
 }
 
 /* ---------------------------------------------------------------- steps */
-
-/* What a step needs of an event, copied so the event can be acked first
- * (rdma_destroy_id waits for the acks of its events). */
-struct cm_ev {
-	enum rdma_cm_event_type type;
-	int status;
-	struct rdma_cm_id *id, *listen_id;
-	uint8_t priv[64];
-	size_t priv_len;
-};
 
 static int err_of(const struct cm_ev *ev)
 {
@@ -392,6 +472,35 @@ static int err_of(const struct cm_ev *ev)
 	}
 }
 
+/* An event that ends a connection that is up. REJECTED: a dial is up once
+ * its RTU is sent, but the listener may have dropped the handshake at
+ * its bound before the RTU came; the CM takes its REJ even now. */
+static bool departure(enum rdma_cm_event_type type)
+{
+	return type == RDMA_CM_EVENT_DISCONNECTED || type == RDMA_CM_EVENT_REJECTED ||
+	       type == RDMA_CM_EVENT_DEVICE_REMOVAL || type == RDMA_CM_EVENT_CONNECT_ERROR ||
+	       type == RDMA_CM_EVENT_UNREACHABLE;
+}
+
+static int departure_err(enum rdma_cm_event_type type)
+{
+	return type == RDMA_CM_EVENT_DEVICE_REMOVAL ? ENODEV : ECONNRESET;
+}
+
+static const char *departure_why(enum rdma_cm_event_type type)
+{
+	switch (type) {
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		return "the device went away (rdma_cm DEVICE_REMOVAL)";
+	case RDMA_CM_EVENT_DISCONNECTED:
+		return "the peer left (rdma_cm DISCONNECTED)";
+	case RDMA_CM_EVENT_REJECTED:
+		return "the peer dropped the handshake after ours ended (rdma_cm REJECTED)";
+	default:
+		return "the connection failed (rdma_cm event after it was up)";
+	}
+}
+
 /* The slow parts of the steps; 0 or -errno. */
 static int make_qp(struct conn *c)
 {
@@ -403,16 +512,16 @@ static int make_qp(struct conn *c)
 	return ret;
 }
 
+static int connect_qp(struct conn *c)
+{
+	return rig__qp_connect(&c->qp->pub, &c->peer, c->may_be_local);
+}
+
 static int make_and_connect_qp(struct conn *c)
 {
 	int ret = make_qp(c);
 
-	return ret ? ret : rig_qp_connect(&c->qp->pub, &c->peer);
-}
-
-static int connect_qp(struct conn *c)
-{
-	return rig_qp_connect(&c->qp->pub, &c->peer);
+	return ret ? ret : connect_qp(c);
 }
 
 /* Our endpoint, in @priv, to send with @param. */
@@ -435,7 +544,8 @@ static void dial_connect(struct conn *c, int ret)
 	if (!ret) {
 		our_param(c, &param, priv);
 		if (rdma_connect(c->id, &param))
-			ret = rig__fail(errno, "rdma_connect: %s", strerror(errno));
+			ret = rig__fail(errno, "%s: rdma_connect: %s", step_name(c),
+					strerror(errno));
 	}
 	if (ret)
 		fail(c, -ret);
@@ -447,49 +557,12 @@ static void dial_connect(struct conn *c, int ret)
 static void dial_establish(struct conn *c, int ret)
 {
 	if (!ret && rdma_establish(c->id))
-		ret = rig__fail(errno, "rdma_establish: %s", strerror(errno));
+		ret = rig__fail(errno, "%s: rdma_establish: %s", step_name(c),
+				strerror(errno));
 	if (ret)
 		fail(c, -ret);
 	else
 		up(c);
-}
-
-/* The dialing side's steps; 0 or the errno that ends the dial. */
-static int dial_step(struct conn *c, const struct cm_ev *ev)
-{
-	int ret;
-
-	switch (c->state) {
-	case CONN_RESOLVING_ADDR:
-		if (ev->type != RDMA_CM_EVENT_ADDR_RESOLVED)
-			break;
-		ret = same_device(c->loop->nic, c->id, "rig_dial");
-		if (ret)
-			return -ret;
-		if (rdma_resolve_route(c->id, RIG_CM_RESOLVE_MS))
-			return -rig__fail(errno, "rdma_resolve_route: %s", strerror(errno));
-		c->state = CONN_RESOLVING_ROUTE;
-		return 0;
-	case CONN_RESOLVING_ROUTE:
-		if (ev->type != RDMA_CM_EVENT_ROUTE_RESOLVED)
-			break;
-		off_loop(c, CONN_MAKING, make_qp, dial_connect);
-		return 0;
-	case CONN_CONNECTING:
-		/* No QP is attached to the id: the CM stops at the response
-		 * and waits for rdma_establish. */
-		if (ev->type != RDMA_CM_EVENT_CONNECT_RESPONSE)
-			break;
-		ret = rig_cm_parse(ev->priv, ev->priv_len, &c->peer);
-		if (ret)
-			return -ret;
-		off_loop(c, CONN_ESTABLISHING, connect_qp, dial_establish);
-		return 0;
-	default:
-		break;
-	}
-	return -rig__fail(err_of(ev), "rig_dial: %s (status %d)", rdma_event_str(ev->type),
-			  ev->status);
 }
 
 /* The accepting side's queue pair is at RTS: answer the request. */
@@ -497,31 +570,30 @@ static void accept_answer(struct conn *c, int ret)
 {
 	struct rdma_conn_param param;
 	uint8_t priv[RIG_CM_PRIVATE];
-	bool blocking = c->blocking;
 
 	if (!ret) {
 		our_param(c, &param, priv);
 		if (rdma_accept(c->id, &param))
-			ret = -errno;
+			ret = rig__fail(errno, "%s: rdma_accept: %s", step_name(c),
+					strerror(errno));
 	}
 	if (ret) {
 		rdma_reject(c->id, NULL, 0);
 		fail(c, -ret);
-		if (blocking)
-			free(c);
 		return;
 	}
 	/* The peer's time starts now: the time a burst of requests waited
 	 * for their queue pairs was ours. */
 	c->state = CONN_ACCEPTING;
 	c->deadline = rig__now_ns() + RIG_CM_HALF_OPEN_MS * 1000000ll;
-	if (!blocking)
+	if (!c->blocking)
 		rearm(c->loop);
 }
 
 /* A new request on listener @l: answer it, or reject it. */
-static void accept_step(struct rig_listener *l, const struct cm_ev *ev)
+static void accept_request(struct rig_listener *l, const struct cm_ev *ev)
 {
+	const char *step = l->blocking ? "rig_accept" : "rig_loop_listen";
 	struct rig_loop *loop = l->loop;
 	struct rig_endpoint peer;
 	struct conn *c;
@@ -529,11 +601,11 @@ static void accept_step(struct rig_listener *l, const struct cm_ev *ev)
 
 	ret = rig_cm_parse(ev->priv, ev->priv_len, &peer);
 	if (!ret)
-		ret = same_device(loop->nic, ev->id, "rig_accept");
+		ret = same_device(loop->nic, ev->id, step);
 	/* Shed load: a flood of requests costs a reject each, not a queue
 	 * pair each. */
 	if (!ret && l->handshakes >= RIG_CM_HANDSHAKES)
-		ret = rig__fail(EAGAIN, "rig_accept: %u handshakes under way already",
+		ret = rig__fail(EAGAIN, "%s: %u handshakes under way already", step,
 				l->handshakes);
 	c = ret ? NULL : conn_new(loop, l->blocking, l->cookie);
 	if (!c) {
@@ -548,97 +620,161 @@ static void accept_step(struct rig_listener *l, const struct cm_ev *ev)
 	c->id = ev->id;
 	c->id->context = c;
 	c->peer = peer;
+	c->may_be_local = gid_is_peer_address(c->id, &peer);
 	/* No bound while its queue pair is made: that is our own work, and
 	 * RIG_CM_HANDSHAKES bounds how much of it may wait. */
 	c->deadline = INT64_MAX / 2;
-	rig__list_add(l->blocking ? &l->half_open : &loop->owned, &c->owned.link);
+	if (l->blocking)
+		set_home(c, HOME_HALF_OPEN, &l->half_open);
+	else
+		set_home(c, HOME_HANDSHAKE, &loop->handshakes);
 	off_loop(c, CONN_MAKING, make_and_connect_qp, accept_answer);
 }
 
 /* A connection that is up hears that its peer left, or its device went:
  * its queue pair fails at once, as an async event fails it (F1, F6). */
-static void gone(struct conn *c, const struct cm_ev *ev)
+static void gone(struct conn *c, enum rdma_cm_event_type type)
 {
-	int err = ev->type == RDMA_CM_EVENT_DEVICE_REMOVAL ? ENODEV : ECONNRESET;
-	const char *why = ev->type == RDMA_CM_EVENT_DEVICE_REMOVAL
-		? "the device went away (rdma_cm DEVICE_REMOVAL)"
-		: ev->type == RDMA_CM_EVENT_DISCONNECTED
-		? "the peer left (rdma_cm DISCONNECTED)"
-		: ev->type == RDMA_CM_EVENT_REJECTED
-		? "the peer dropped the handshake after ours ended (rdma_cm REJECTED)"
-		: "the connection failed (rdma_cm event after it was up)";
-
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
 
 	if (c->gone.what.result)
 		return;		/* told once */
-	rig__events_fail_qp(c->qp, err, why);
+	rig__events_fail_qp(c->qp, departure_err(type), departure_why(type));
 	/* F2: the NIC runs nothing more of it; what it completed before
 	 * counts, what it flushes now completes with the failure's error. */
 	ibv_modify_qp(c->qp->pub.ibqp, &attr, IBV_QP_STATE);
-	c->gone.what.result = -err;
+	c->gone.what.result = -departure_err(type);
 	rig__loop_post(c->loop, &c->gone);
 	/* Answer the peer's disconnect request, so its side completes. */
 	rdma_disconnect(c->id);
 }
 
-/* One event, of either kind of channel; acks it. cm_lock held, or the
- * channel is the blocking caller's own. */
-static void conn_event(struct rig_loop *loop, struct rdma_cm_event *raw)
+/* One step of @c's handshake, or its end (the table at the top). */
+static void conn_step(struct conn *c, const struct cm_ev *ev)
 {
-	struct cm_ev ev = { raw->event, raw->status, raw->id, raw->listen_id, { 0 }, 0 };
-	const uint8_t *priv = raw->param.conn.private_data;
-	size_t len = priv ? raw->param.conn.private_data_len : 0, i;
-	struct conn *c;
-	bool blocking;
-	int ret;
+	int ret = 0;
 
-	(void)loop;
-	/* The transport pads private data with zeros: keep what fits, and
-	 * only if the rest is padding (else it is not a rig endpoint). */
-	ev.priv_len = len < sizeof(ev.priv) ? len : sizeof(ev.priv);
-	for (i = ev.priv_len; i < len; i++)
-		if (priv[i])
-			ev.priv_len = 0;
-	if (ev.priv_len)
-		memcpy(ev.priv, priv, ev.priv_len);
-	rdma_ack_cm_event(raw);
-
-	if (ev.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
-		accept_step(ev.listen_id->context, &ev);
-		return;
-	}
-	c = ev.id->context;
-	if (!c || c->kind != CM_CONN)
-		return;		/* a listener's own events: nothing to do */
 	switch (c->state) {
-	case CONN_UP:
-		/* REJECTED: a dial is up once its RTU is sent, but the
-		 * listener may have dropped the handshake at its bound
-		 * before the RTU came; the CM takes its REJ even now. */
-		if (ev.type == RDMA_CM_EVENT_DISCONNECTED ||
-		    ev.type == RDMA_CM_EVENT_REJECTED ||
-		    ev.type == RDMA_CM_EVENT_DEVICE_REMOVAL ||
-		    ev.type == RDMA_CM_EVENT_CONNECT_ERROR ||
-		    ev.type == RDMA_CM_EVENT_UNREACHABLE)
-			gone(c, &ev);
+	case CONN_RESOLVING_ADDR:
+		if (ev->type != RDMA_CM_EVENT_ADDR_RESOLVED)
+			break;
+		ret = same_device(c->loop->nic, c->id, step_name(c));
+		if (!ret && rdma_resolve_route(c->id, RIG_CM_RESOLVE_MS))
+			ret = rig__fail(errno, "%s: rdma_resolve_route: %s", step_name(c),
+					strerror(errno));
+		if (ret)
+			fail(c, -ret);
+		else
+			c->state = CONN_RESOLVING_ROUTE;
 		return;
-	case CONN_ACCEPTING:
-		if (ev.type == RDMA_CM_EVENT_ESTABLISHED) {
-			up(c);
+	case CONN_RESOLVING_ROUTE:
+		if (ev->type != RDMA_CM_EVENT_ROUTE_RESOLVED)
+			break;
+		off_loop(c, CONN_MAKING, make_qp, dial_connect);
+		return;
+	case CONN_CONNECTING:
+		/* No QP is attached to the id: the CM stops at the response
+		 * and waits for rdma_establish. */
+		if (ev->type != RDMA_CM_EVENT_CONNECT_RESPONSE)
+			break;
+		ret = rig_cm_parse(ev->priv, ev->priv_len, &c->peer);
+		if (ret) {
+			fail(c, -ret);
 			return;
 		}
-		blocking = c->blocking;
-		fail(c, err_of(&ev));	/* frees a loop's accept */
-		if (blocking)
-			free(c);
+		c->may_be_local = gid_is_peer_address(c->id, &c->peer);
+		off_loop(c, CONN_ESTABLISHING, connect_qp, dial_establish);
 		return;
+	case CONN_ACCEPTING:
+		if (ev->type != RDMA_CM_EVENT_ESTABLISHED)
+			break;
+		up(c);
+		return;
+	case CONN_UP:
+		if (departure(ev->type))
+			gone(c, ev->type);
+		return;
+	case CONN_MAKING:
+	case CONN_ESTABLISHING:
+		break;		/* the peer gave up while we worked */
 	case CONN_DONE:
 		return;
-	default:
-		ret = dial_step(c, &ev);
-		if (ret)
-			fail(c, ret);
+	}
+	fail(c, -rig__fail(err_of(ev), "%s: %s (status %d)", step_name(c),
+			   rdma_event_str(ev->type), ev->status));
+}
+
+/* Copies what a step needs of @raw into @ev, and acks @raw. */
+static void take_event(struct rdma_cm_event *raw, struct cm_ev *ev)
+{
+	const uint8_t *priv = raw->param.conn.private_data;
+	size_t len = priv ? raw->param.conn.private_data_len : 0, i;
+
+	*ev = (struct cm_ev){ raw->event, raw->status, raw->id, raw->listen_id, { 0 }, 0 };
+	/* The transport pads private data with zeros: keep what fits, and
+	 * only if the rest is padding (else it is not a rig endpoint). */
+	ev->priv_len = len < sizeof(ev->priv) ? len : sizeof(ev->priv);
+	for (i = ev->priv_len; i < len; i++)
+		if (priv[i])
+			ev->priv_len = 0;
+	if (ev->priv_len)
+		memcpy(ev->priv, priv, ev->priv_len);
+	rdma_ack_cm_event(raw);
+}
+
+/* One event, copied and acked: a step of the connection or listener it
+ * names. cm_lock held. */
+static void step(const struct cm_ev *ev)
+{
+	struct conn *c;
+
+	if (ev->type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+		accept_request(ev->listen_id->context, ev);
+		return;
+	}
+	c = ev->id->context;
+	if (c && c->kind == CM_CONN)
+		conn_step(c, ev);
+	/* else a listener's own event: nothing to do */
+}
+
+static void conn_event(struct rig_loop *loop, struct rdma_cm_event *raw)
+{
+	struct cm_ev ev;
+
+	(void)loop;
+	take_event(raw, &ev);
+	step(&ev);
+}
+
+/* A wait read @raw (T3: it takes no step): a peer that left fails its
+ * queue pair's record at once; the loop takes the step later. */
+static void conn_note(struct rig_loop *loop, struct rdma_cm_event *raw)
+{
+	struct kept *k = malloc(sizeof(*k));
+	struct conn *c;
+
+	if (!k) {
+		/* Taking the step now beats losing the event. */
+		conn_event(loop, raw);
+		return;
+	}
+	take_event(raw, &k->ev);
+	c = k->ev.type == RDMA_CM_EVENT_CONNECT_REQUEST ? NULL : k->ev.id->context;
+	if (c && c->kind == CM_CONN && c->state == CONN_UP && departure(k->ev.type))
+		rig__events_fail_qp(c->qp, departure_err(k->ev.type),
+				    departure_why(k->ev.type));
+	rig__list_add(loop->cm_kept.prev, &k->link);
+}
+
+static void conn_replay(struct rig_loop *loop)
+{
+	while (loop->cm_kept.next != &loop->cm_kept) {
+		struct kept *k = container_of(loop->cm_kept.next, struct kept, link);
+
+		rig__list_del(&k->link);
+		step(&k->ev);
+		free(k);
 	}
 }
 
@@ -650,20 +786,34 @@ static void conn_tick(struct rig_loop *loop)
 
 	/* A few per pass, and the timer, set to a deadline already past,
 	 * fires again at once. */
-	for (l = loop->owned.next; l != &loop->owned && rig__now_ns() < end; l = next) {
-		struct conn *c = half_open(l);
+	for (l = loop->handshakes.next; l != &loop->handshakes && rig__now_ns() < end;
+	     l = next) {
+		struct conn *c = container_of(l, struct conn, link);
 
 		next = l->next;
-		if (c && c->deadline <= now) {
-			if (!c->listener)
-				rig__fail(ETIMEDOUT, "rig_loop_dial: no answer in time");
+		if (c->deadline <= now) {
+			rig__fail(ETIMEDOUT, "%s: no answer in time", step_name(c));
 			fail(c, ETIMEDOUT);
 		}
 	}
 	rearm(loop);
 }
 
-static const struct rig__cm_consumer consumer = { conn_event, conn_tick };
+static void listener_close(struct rig_listener *l);
+
+/* The loop closes (its helper has stopped): everything of ours in it. */
+static void conn_close(struct rig_loop *loop)
+{
+	while (loop->listeners.next != &loop->listeners)
+		listener_close(container_of(loop->listeners.next, struct rig_listener, link));
+	while (loop->handshakes.next != &loop->handshakes)
+		conn_end(container_of(loop->handshakes.next, struct conn, link));
+	forget_kept(loop, NULL);
+}
+
+static const struct rig__cm_consumer consumer = {
+	conn_event, conn_note, conn_replay, conn_tick, conn_close
+};
 
 /* ------------------------------------------------------- loop-driven API */
 
@@ -686,7 +836,8 @@ static int dial_start(struct conn *c, const char *addr, struct sockaddr_storage 
 {
 	c->state = CONN_RESOLVING_ADDR;
 	if (rdma_resolve_addr(c->id, NULL, (struct sockaddr *)ss, RIG_CM_RESOLVE_MS))
-		return rig__fail(errno, "rdma_resolve_addr(%s): %s", addr, strerror(errno));
+		return rig__fail(errno, "%s: rdma_resolve_addr(%s): %s", step_name(c), addr,
+				 strerror(errno));
 	return 0;
 }
 
@@ -698,7 +849,7 @@ RIG_EXPORT __cold int rig_loop_dial(struct rig_loop *loop, const char *addr, uin
 	int ret;
 
 	if (!loop || us < 0)
-		return rig__fail(EINVAL, "rig_loop_dial: bad argument");
+		return rig__fail(EINVAL, "rig_loop_dial: %s", us < 0 ? "negative time" : "NULL loop");
 	c = conn_new(loop, false, cookie);
 	if (!c)
 		return rig__fail(ENOMEM, "rig_loop_dial: out of memory");
@@ -712,7 +863,7 @@ RIG_EXPORT __cold int rig_loop_dial(struct rig_loop *loop, const char *addr, uin
 		return ret;
 	}
 	c->deadline = deadline_after(us);
-	rig__list_add(&loop->owned, &c->owned.link);
+	set_home(c, HOME_HANDSHAKE, &loop->handshakes);
 	/* From here on, every outcome is news. */
 	ret = dial_start(c, addr, &ss);
 	if (ret)
@@ -723,40 +874,27 @@ RIG_EXPORT __cold int rig_loop_dial(struct rig_loop *loop, const char *addr, uin
 	return 0;
 }
 
-static void listener_close(struct rig__owned *o)
+/* Closes @l with its handshakes under way and the connections rig_accept
+ * never took. cm_lock held. Once its id is destroyed, the kernel has
+ * dropped the requests still queued for it. */
+static void listener_close(struct rig_listener *l)
 {
-	struct rig_listener *l = container_of(o, struct rig_listener, owned);
-
+	struct rig_loop *loop = l->loop;
 	struct rig__list *e, *next;
 
-	/* Its handshakes under way (in the loop's list, or rig_listen's
-	 * own) go with it, and connections rig_accept never took. */
-	for (e = l->loop->owned.next; e != &l->loop->owned; e = next) {
-		struct conn *c = half_open(e);
+	for (e = loop->handshakes.next; e != &loop->handshakes; e = next) {
+		struct conn *c = container_of(e, struct conn, link);
 
 		next = e->next;
-		if (c && c->listener == l && c->in_job) {
-			fail(c, ECONNABORTED);	/* the helper drops it */
-		} else if (c && c->listener == l) {
-			rig__list_del(e);
-			conn_free(c);
-		}
+		if (c->listener == l)
+			fail(c, ECONNABORTED);	/* the helper drops it if busy */
 	}
-	while (l->half_open.next != &l->half_open) {
-		struct conn *c = container_of(l->half_open.next, struct conn, owned.link);
-
-		rig__list_del(&c->owned.link);
-		conn_free(c);
-	}
-	while (l->accepted.next != &l->accepted) {
-		struct conn *c = container_of(l->accepted.next, struct conn, owned.link);
-
-		rig__list_del(&c->owned.link);
-		c->qp->owner = NULL;
-		rig__qp_free(c->qp);
-		c->qp = NULL;
-		conn_free(c);
-	}
+	while (l->half_open.next != &l->half_open)
+		fail(container_of(l->half_open.next, struct conn, link), ECONNABORTED);
+	while (l->accepted.next != &l->accepted)
+		conn_end(container_of(l->accepted.next, struct conn, link));
+	forget_kept(loop, l->id);
+	rig__list_del(&l->link);
 	rdma_destroy_id(l->id);
 	if (l->blocking)
 		rdma_destroy_event_channel(l->ch);
@@ -766,6 +904,7 @@ static void listener_close(struct rig__owned *o)
 static int listen_on(struct rig_loop *loop, const char *addr, uint16_t port,
 		     bool blocking, uint64_t cookie, struct rig_listener **out)
 {
+	const char *step = blocking ? "rig_listen" : "rig_loop_listen";
 	struct sockaddr_storage ss;
 	struct rig_listener *l;
 	int ret;
@@ -775,12 +914,12 @@ static int listen_on(struct rig_loop *loop, const char *addr, uint16_t port,
 		return ret;
 	l = calloc(1, sizeof(*l));
 	if (!l)
-		return rig__fail(ENOMEM, "rig_listen: out of memory");
+		return rig__fail(ENOMEM, "%s: out of memory", step);
 	l->kind = CM_LISTENER;
 	l->loop = loop;
 	l->blocking = blocking;
 	l->cookie = cookie;
-	l->owned.close = listener_close;
+	rig__list_init(&l->link);
 	rig__list_init(&l->half_open);
 	rig__list_init(&l->accepted);
 	pthread_mutex_lock(&loop->cm_lock);
@@ -795,21 +934,23 @@ static int listen_on(struct rig_loop *loop, const char *addr, uint16_t port,
 		l->ch = loop->cm;
 	}
 	if (rdma_create_id(l->ch, &l->id, l, RDMA_PS_TCP)) {
-		ret = rig__fail(errno, "rdma_create_id: %s", strerror(errno));
+		ret = rig__fail(errno, "%s: rdma_create_id: %s", step, strerror(errno));
 		goto out_channel;
 	}
 	if (rdma_bind_addr(l->id, (struct sockaddr *)&ss)) {
-		ret = rig__fail(errno, "rdma_bind_addr(%s:%u): %s", addr, port, strerror(errno));
+		ret = rig__fail(errno, "%s: rdma_bind_addr(%s:%u): %s", step, addr, port,
+				strerror(errno));
 		goto out_id;
 	}
-	ret = same_device(loop->nic, l->id, "rig_listen");
+	ret = same_device(loop->nic, l->id, step);
 	if (ret)
 		goto out_id;
 	if (rdma_listen(l->id, RIG_CM_BACKLOG)) {
-		ret = rig__fail(errno, "rdma_listen(%s:%u): %s", addr, port, strerror(errno));
+		ret = rig__fail(errno, "%s: rdma_listen(%s:%u): %s", step, addr, port,
+				strerror(errno));
 		goto out_id;
 	}
-	rig__list_add(&loop->owned, &l->owned.link);
+	rig__list_add(&loop->listeners, &l->link);
 	pthread_mutex_unlock(&loop->cm_lock);
 	*out = l;
 	return 0;
@@ -853,72 +994,77 @@ RIG_EXPORT __cold int rig_listener_close(struct rig_listener *l)
 	if (!l)
 		return rig__fail(EINVAL, "rig_listener_close: NULL listener");
 	loop = l->loop;
-	/* Under cm_lock: no other thread is handling a request of its. Once
-	 * its id is destroyed, the kernel has dropped the requests still
-	 * queued for it. */
 	pthread_mutex_lock(&loop->cm_lock);
-	rig__list_del(&l->owned.link);
-	listener_close(&l->owned);
+	listener_close(l);
 	pthread_mutex_unlock(&loop->cm_lock);
 	return 0;
 }
 
 /* --------------------------------------------------- the blocking wrappers */
 
-/* Hands @ch's pending events to the steps; with none, waits for one
- * until @deadline. 0, or -ETIMEDOUT when nothing came by then. */
+/* The longest single poll() of pump(): time left beyond it is waited in
+ * more turns, so no bound overflows poll's int of milliseconds. */
+#define RIG_CM_POLL_MAX_MS (3600 * 1000)
+
+/* Takes @ch's pending events as steps, under cm_lock; with none, waits
+ * for one until @deadline. 0, or -ETIMEDOUT when nothing came by then. */
 static int pump(struct rig_loop *loop, struct rdma_event_channel *ch, int64_t deadline,
-		const char *step)
+		const char *step_name)
 {
 	struct pollfd pfd = { ch->fd, POLLIN, 0 };
 	struct rdma_cm_event *ev;
-	int64_t left;
+	int64_t left, ms;
 	int n = 0;
 
 	for (;;) {
+		pthread_mutex_lock(&loop->cm_lock);
 		while (!rdma_get_cm_event(ch, &ev)) {
 			conn_event(loop, ev);
 			n++;
 		}
+		pthread_mutex_unlock(&loop->cm_lock);
 		if (n)
 			return 0;
 		left = deadline - rig__now_ns();
 		if (left <= 0)
-			return rig__fail(ETIMEDOUT, "%s: no answer in time", step);
-		if (poll(&pfd, 1, (int)((left + 999999) / 1000000)) < 0 && errno != EINTR)
-			return rig__fail(errno, "%s: poll: %s", step, strerror(errno));
+			return rig__fail(ETIMEDOUT, "%s: no answer in time", step_name);
+		ms = left / 1000000 + 1;
+		if (poll(&pfd, 1, (int)(ms < RIG_CM_POLL_MAX_MS ? ms : RIG_CM_POLL_MAX_MS)) < 0 &&
+		    errno != EINTR)
+			return rig__fail(errno, "%s: poll: %s", step_name, strerror(errno));
 	}
 }
 
 /* A connection up on a channel of its own moves to its loop's, where the
- * loop hears of its peer leaving. */
+ * loop hears of its peer leaving. cm_lock held. */
 static int move_to_loop(struct conn *c)
 {
 	struct rig_loop *loop = c->loop;
 	int ret;
 
-	pthread_mutex_lock(&loop->cm_lock);
 	ret = rig__events_cm_channel(loop, &consumer);
 	if (!ret && rdma_migrate_id(c->id, loop->cm))
-		ret = rig__fail(errno, "rdma_migrate_id: %s", strerror(errno));
+		ret = rig__fail(errno, "%s: rdma_migrate_id: %s", step_name(c), strerror(errno));
 	if (!ret)
 		c->blocking = false;
-	pthread_mutex_unlock(&loop->cm_lock);
 	return ret;
 }
 
 RIG_EXPORT __cold int rig_dial(struct rig_nic *nic, const char *addr, uint16_t port,
 			       int64_t us, struct rig_qp **out)
 {
-	int64_t deadline = deadline_after(us);
 	struct rdma_event_channel *ch;
 	struct sockaddr_storage ss;
+	struct rig_loop *loop;
+	int64_t deadline;
 	struct conn *c;
 	int ret;
 
 	if (!nic || !out || us < 0)
-		return rig__fail(EINVAL, "rig_dial: bad argument");
-	c = conn_new(nic->own, true, 0);
+		return rig__fail(EINVAL, "rig_dial: %s", us < 0 ? "negative time" : "NULL argument");
+	deadline = deadline_after(us);
+	loop = nic->own;
+	c = conn_new(loop, true, 0);
 	if (!c)
 		return rig__fail(ENOMEM, "rig_dial: out of memory");
 	ret = rig__events_new_cm_channel(&ch);
@@ -930,76 +1076,87 @@ RIG_EXPORT __cold int rig_dial(struct rig_nic *nic, const char *addr, uint16_t p
 	if (!ret)
 		ret = dial_start(c, addr, &ss);
 	while (!ret && c->state != CONN_UP && c->state != CONN_DONE)
-		ret = pump(c->loop, ch, deadline, "rig_dial");
+		ret = pump(loop, ch, deadline, "rig_dial");
 	if (!ret && c->state == CONN_DONE)
 		ret = c->result;	/* rig_errmsg() was set by the step */
+	pthread_mutex_lock(&loop->cm_lock);
 	if (!ret)
 		ret = move_to_loop(c);
-	if (!ret) {
+	if (!ret)
 		*out = &c->qp->pub;
-		rdma_destroy_event_channel(ch);
-		return 0;
-	}
-	if (c->state == CONN_UP)
-		c->state = CONN_DONE;
-	c->owned.close(&c->owned);	/* conn_free, with the errno kept */
+	else
+		conn_end(c);
+	pthread_mutex_unlock(&loop->cm_lock);
 	rdma_destroy_event_channel(ch);
 	return ret;
 }
 
-/* rig_listen's handshakes past their bound are dropped. */
+/* rig_listen's handshakes past their bound are dropped. cm_lock held. */
 static void drop_late(struct rig_listener *l, int64_t now)
 {
 	struct rig__list *e, *next;
 
 	for (e = l->half_open.next; e != &l->half_open; e = next) {
-		struct conn *c = container_of(e, struct conn, owned.link);
+		struct conn *c = container_of(e, struct conn, link);
 
 		next = e->next;
-		if (c->deadline <= now) {
+		if (c->deadline <= now)
 			fail(c, ETIMEDOUT);
-			free(c);
-		}
 	}
 }
 
-RIG_EXPORT __cold int rig_accept(struct rig_listener *l, int64_t us, struct rig_qp **out)
+/* One turn of rig_accept under cm_lock: a connection to hand out (1), a
+ * rejected request to report (-errno), or the time to wait until (0). */
+static int accept_turn(struct rig_listener *l, int64_t deadline, struct rig_qp **out,
+		       int64_t *wait_until)
 {
-	int64_t deadline = deadline_after(us), wait_until;
 	struct rig__list *e;
 	struct conn *c;
 	int ret;
 
+	drop_late(l, rig__now_ns());
+	if (l->accepted.next != &l->accepted) {
+		c = container_of(l->accepted.next, struct conn, link);
+		set_home(c, HOME_NONE, NULL);
+		ret = move_to_loop(c);
+		if (ret) {
+			conn_end(c);
+			return ret;
+		}
+		*out = &c->qp->pub;
+		return 1;
+	}
+	if (l->rejected) {
+		ret = l->rejected;
+		l->rejected = 0;
+		return rig__fail(-ret, "rig_accept: request rejected: %s", rig_errmsg());
+	}
+	/* Past the caller's bound, a handshake under way still gets its own. */
+	*wait_until = deadline;
+	for (e = l->half_open.next; e != &l->half_open; e = e->next) {
+		c = container_of(e, struct conn, link);
+		if (c->deadline > *wait_until)
+			*wait_until = c->deadline;
+	}
+	return 0;
+}
+
+RIG_EXPORT __cold int rig_accept(struct rig_listener *l, int64_t us, struct rig_qp **out)
+{
+	int64_t deadline, wait_until = 0;
+	int ret;
+
 	if (!l || !out || us < 0)
-		return rig__fail(EINVAL, "rig_accept: bad argument");
+		return rig__fail(EINVAL, "rig_accept: %s", us < 0 ? "negative time" : "NULL argument");
 	if (!l->blocking)
 		return rig__fail(EINVAL, "rig_accept: the listener's loop accepts for it");
+	deadline = deadline_after(us);
 	for (;;) {
-		drop_late(l, rig__now_ns());
-		if (l->accepted.next != &l->accepted) {
-			c = container_of(l->accepted.next, struct conn, owned.link);
-			rig__list_del(&c->owned.link);
-			ret = move_to_loop(c);
-			if (ret) {
-				conn_free(c);
-				return ret;
-			}
-			*out = &c->qp->pub;
-			return 0;
-		}
-		if (l->rejected) {
-			ret = l->rejected;
-			l->rejected = 0;
-			return rig__fail(-ret, "rig_accept: request rejected: %s", rig_errmsg());
-		}
-		/* Past the caller's bound, a handshake under way still gets
-		 * its own. */
-		wait_until = deadline;
-		for (e = l->half_open.next; e != &l->half_open; e = e->next) {
-			c = container_of(e, struct conn, owned.link);
-			if (c->deadline > wait_until)
-				wait_until = c->deadline;
-		}
+		pthread_mutex_lock(&l->loop->cm_lock);
+		ret = accept_turn(l, deadline, out, &wait_until);
+		pthread_mutex_unlock(&l->loop->cm_lock);
+		if (ret)
+			return ret < 0 ? ret : 0;
 		ret = pump(l->loop, l->ch, wait_until, "waiting for a connection");
 		if (ret)
 			return ret;

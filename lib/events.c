@@ -265,6 +265,11 @@ bool rig__events_take_cm(struct rig_loop *loop)
 	bool more = false;
 
 	pthread_mutex_lock(&loop->cm_lock);
+	/* What waits read and kept comes first: it is older. */
+	if (loop->cm_consumer && __atomic_load_n(&loop->cm_owed, __ATOMIC_ACQUIRE)) {
+		__atomic_store_n(&loop->cm_owed, false, __ATOMIC_RELEASE);
+		loop->cm_consumer->replay(loop);
+	}
 	/* The consumer acks each event. */
 	while (ch && !rdma_get_cm_event(ch, &ev)) {
 		loop->cm_consumer->event(loop, ev);
@@ -286,6 +291,35 @@ bool rig__events_take_cm(struct rig_loop *loop)
 	}
 	pthread_mutex_unlock(&loop->cm_lock);
 	return more;
+}
+
+/*
+ * A wait woken by the loop's rdma_cm channel reads it, for a peer that
+ * left may be why its ring has news, but takes no step (T3): the
+ * connection layer notes each event, and the loop takes them later. The
+ * loop's fd stays readable while any are kept.
+ */
+void rig__events_note_cm(struct rig_loop *loop)
+{
+	struct rdma_event_channel *ch = __atomic_load_n(&loop->cm, __ATOMIC_ACQUIRE);
+	struct rdma_cm_event *ev;
+	bool kept = false;
+
+	if (!ch)
+		return;
+	pthread_mutex_lock(&loop->cm_lock);
+	while (!rdma_get_cm_event(ch, &ev)) {
+		loop->cm_consumer->note(loop, ev);
+		kept = true;
+	}
+	if (kept)
+		__atomic_store_n(&loop->cm_owed, true, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&loop->cm_lock);
+	if (kept) {
+		pthread_mutex_lock(&loop->lock);
+		loop->watcher->done(loop->watcher);
+		pthread_mutex_unlock(&loop->lock);
+	}
 }
 
 void rig__events_fail_qp(struct rig__qp *qp, int error, const char *why)

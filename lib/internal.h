@@ -101,12 +101,23 @@ struct rig__consumer {
 	void (*forget)(struct rig__consumer *self, struct rig__qp *qp);
 };
 
-/* What events.c hands the connection layer (conn.c): each event of the
- * loop's rdma_cm channel, and the loop's timer when it expires. */
+/*
+ * What events.c hands the connection layer (conn.c). The loop's own
+ * thread (rig_loop_handle, rig_nic_events) takes each event of the loop's
+ * rdma_cm channel as a step (@event), after the ones a wait kept
+ * (@replay), and the loop's timer when it expires (@tick). A thread in
+ * rig_qp_wait only notes what it read (@note): a peer that left fails its
+ * queue pair's record, and the event is kept for the loop, since a wait
+ * sends the NIC no control request (rig(7) T3). @close ends everything
+ * the connection layer has in a closing loop. All under cm_lock.
+ */
 struct rdma_cm_event;
 struct rig__cm_consumer {
 	void (*event)(struct rig_loop *loop, struct rdma_cm_event *ev);
+	void (*note)(struct rig_loop *loop, struct rdma_cm_event *ev);
+	void (*replay)(struct rig_loop *loop);
 	void (*tick)(struct rig_loop *loop);
+	void (*close)(struct rig_loop *loop);
 };
 
 /* A piece of news queued for the application (loop.c), embedded in
@@ -125,13 +136,6 @@ struct rig__news {
 struct rig__job {
 	struct rig__list link;		/* in loop->jobs */
 	void (*work)(struct rig__job *self);
-};
-
-/* Something a loop owns besides queue pairs (listeners, half-open
- * connections): closed with the loop. */
-struct rig__owned {
-	struct rig__list link;		/* in loop->owned */
-	void (*close)(struct rig__owned *self);
 };
 
 /*
@@ -155,8 +159,11 @@ struct rig_loop {
 	/* loop.c, under the lock */
 	bool watched;
 	struct rig__list news;
-	/* conn.c, under cm_lock */
-	struct rig__list owned;
+	/* conn.c, under cm_lock: its listeners, the handshakes it drives,
+	 * the events a wait read and kept for it; cm_owed (atomic) is set
+	 * while some are kept, and keeps rig_loop_fd readable. */
+	struct rig__list listeners, handshakes, cm_kept;
+	bool cm_owed;
 	/* loop.c: the helper thread, started by the first job, and its
 	 * queue, under job_lock */
 	pthread_t helper;
@@ -271,6 +278,8 @@ void rig__events_take_locked(struct rig_loop *loop);
 /* reads @loop's rdma_cm events and expired timer, for its cm consumer,
  * within a time budget; true if events remain. */
 bool rig__events_take_cm(struct rig_loop *loop);
+/* reads @loop's rdma_cm events for a wait: notes them, takes no step. */
+void rig__events_note_cm(struct rig_loop *loop);
 /* reads the NIC's async events and fails their queue pairs. */
 int rig__events_async(struct rig_nic *nic);
 /* records a failure of @qp from outside its rings (an async event, the
@@ -298,13 +307,18 @@ int rig__events_new_cm_channel(struct rdma_event_channel **out);
 int rig__events_cm_channel(struct rig_loop *loop,
 			   const struct rig__cm_consumer *consumer);
 
-/* qp.c: destroys and frees a queue pair. */
+/* qp.c: rig_qp_connect(), with M4's "same NIC" allowed only if
+ * @may_be_local; destroys and frees a queue pair. */
+int rig__qp_connect(struct rig_qp *qp, const struct rig_endpoint *peer,
+		    bool may_be_local);
 int rig__qp_free(struct rig__qp *qp);
 
 /* loop.c: queues @n for the application if it is not queued yet; runs
  * @job on the loop's helper thread (0, or -errno when no thread can take
  * it: run it yourself); rig_nic_open's and rig_nic_close's own loop. */
 void rig__loop_post(struct rig_loop *loop, struct rig__news *n);
+/* loop.c: withdraws @n if it is queued. */
+void rig__loop_unpost(struct rig_loop *loop, struct rig__news *n);
 int rig__loop_defer(struct rig_loop *loop, struct rig__job *job);
 int rig__loop_open(struct rig_nic *nic, struct rig_loop **out);
 int rig__loop_free(struct rig_loop *loop);

@@ -81,7 +81,8 @@ static void on_ring(struct rig__consumer *c, struct rig__qp *qp, int side)
 static void on_done(struct rig__consumer *c)
 {
 	struct rig_loop *loop = container_of(c, struct watcher, hooks)->loop;
-	bool any = loop->news.next != &loop->news;
+	bool any = loop->news.next != &loop->news ||
+		   __atomic_load_n(&loop->cm_owed, __ATOMIC_ACQUIRE);
 	eventfd_t v;
 
 	if (any && !loop->ready_signalled) {
@@ -117,6 +118,14 @@ void rig__loop_post(struct rig_loop *loop, struct rig__news *n)
 {
 	pthread_mutex_lock(&loop->lock);
 	post_locked(loop, n);
+	on_done(loop->watcher);
+	pthread_mutex_unlock(&loop->lock);
+}
+
+void rig__loop_unpost(struct rig_loop *loop, struct rig__news *n)
+{
+	pthread_mutex_lock(&loop->lock);
+	rig__list_del(&n->link);
 	on_done(loop->watcher);
 	pthread_mutex_unlock(&loop->lock);
 }
@@ -197,7 +206,9 @@ int rig__loop_open(struct rig_nic *nic, struct rig_loop **out)
 	loop->watcher = &w->hooks;
 	loop->nic = nic;
 	rig__list_init(&loop->news);
-	rig__list_init(&loop->owned);
+	rig__list_init(&loop->listeners);
+	rig__list_init(&loop->handshakes);
+	rig__list_init(&loop->cm_kept);
 	rig__list_init(&loop->jobs);
 	ret = rig__events_open(loop);
 	if (ret) {
@@ -240,15 +251,11 @@ int rig__loop_free(struct rig_loop *loop)
 	int ret = 0, r;
 
 	/* The helper's jobs end first (they take cm_lock to finish), then
-	 * listeners and half-open connections: they make queue pairs. */
+	 * listeners and handshakes under way: they make queue pairs. */
 	helper_stop(loop);
 	pthread_mutex_lock(&loop->cm_lock);
-	while (loop->owned.next != &loop->owned) {
-		struct rig__owned *o = container_of(loop->owned.next, struct rig__owned, link);
-
-		rig__list_del(&o->link);
-		o->close(o);
-	}
+	if (loop->cm_consumer)
+		loop->cm_consumer->close(loop);
 	pthread_mutex_unlock(&loop->cm_lock);
 	while ((qp = first_qp(loop))) {
 		r = rig__qp_free(qp);
@@ -372,7 +379,8 @@ RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, i
 		if (ret < 0)
 			return ret;
 	}
-	if (sources & RIG__SOURCE_CM)
+	/* rdma_cm events, and those a wait read and kept for the loop. */
+	if ((sources & RIG__SOURCE_CM) || __atomic_load_n(&loop->cm_owed, __ATOMIC_ACQUIRE))
 		backlog = rig__events_take_cm(loop);
 	pthread_mutex_lock(&loop->lock);
 	if (sources & RIG__SOURCE_CHANNEL)

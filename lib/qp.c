@@ -159,8 +159,11 @@ static int modify(struct rig__qp *qp, struct ibv_qp_attr *attr, int mask,
 	return ret ? rig__fail_verbs(ret, qp->nic, step) : 0;
 }
 
-RIG_EXPORT __cold int rig_qp_connect(struct rig_qp *pub,
-				     const struct rig_endpoint *peer)
+/* rig_qp_connect(), where a peer that names one of this NIC's own queue
+ * pairs is believed (M4) only if @may_be_local: a connection by address
+ * says no when the endpoint's GID is not the address it connected to. */
+int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
+		    bool may_be_local)
 {
 	struct rig__qp *qp;
 	struct rig_nic *nic;
@@ -180,7 +183,7 @@ RIG_EXPORT __cold int rig_qp_connect(struct rig_qp *pub,
 	ret = ibv_query_port(nic->ctx, nic->port, &pattr);
 	if (ret)
 		return rig__fail_verbs(ret, nic, "ibv_query_port");
-	local = peer_is_own(nic, peer);
+	local = may_be_local && peer_is_own(nic, peer);
 
 	/* A connect refused part-way starts over from RESET (M5). */
 	if (qp->state == RIG__HALF_CONNECTED) {
@@ -240,6 +243,12 @@ RIG_EXPORT __cold int rig_qp_connect(struct rig_qp *pub,
 	__atomic_and_fetch(&qp->pub.broken, ~(uint32_t)RIG__UNCONNECTED,
 			   __ATOMIC_RELAXED);
 	return 0;
+}
+
+RIG_EXPORT __cold int rig_qp_connect(struct rig_qp *pub,
+				     const struct rig_endpoint *peer)
+{
+	return rig__qp_connect(pub, peer, true);
 }
 
 static void destroy_cqs(struct rig__qp *qp)

@@ -370,11 +370,11 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 		cm = __atomic_load_n(&loop->cm, __ATOMIC_ACQUIRE);
 		woke |= reap();
 		/* An async event or a peer that left fails queue pairs; the
-		 * poll then reports it. */
+		 * poll then reports it. The loop takes the rdma_cm steps. */
 		if ((woke & WOKE_ASYNC) && (ret = rig__events_async(qp->nic)) < 0)
 			break;
 		if (woke & WOKE_CM)
-			rig__events_take_cm(loop);
+			rig__events_note_cm(loop);
 		if (woke & WOKE_EFD)
 			eventfd_read(waiter.efd, &drained);
 		if (woke & WOKE_CHANNEL) {
