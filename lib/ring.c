@@ -84,10 +84,16 @@ void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 		    const char *why, int wc_status)
 {
 	/* The first failure wins, except that a bare flush is only a
-	 * failure whose reason has not been seen yet: bnxt_re writes its
-	 * flushes inside ibv_get_async_event, before rig learns the event
-	 * that explains them, and a reason CQE may land after the flush
-	 * was taken. The real reason replaces it (F3). */
+	 * failure whose reason has not been seen yet, and a reason CQE
+	 * may land after the flush was taken: the real reason replaces it
+	 * (F3). bnxt_re gives flushes before their reason often: its
+	 * provider (rdma-core 50 on, providers/bnxt_re/verbs.c) links the
+	 * queue pair onto its CQs' software flush lists inside
+	 * ibv_get_async_event (bnxt_re_async_event) and when it reads an
+	 * error CQE, and makes up the flush CQEs inside ibv_poll_cq
+	 * (bnxt_re_poll_cq, bnxt_re_poll_flush_lists), with no completion
+	 * event; a poll between the read of the async event and rig's
+	 * record of it takes them. */
 	if (failed(qp) && (qp->cause != RIG__CAUSE_FLUSH ||
 			   cause == RIG__CAUSE_FLUSH))
 		return;

@@ -540,8 +540,9 @@ Test(replay, F1_F3_async_event_replaces_a_bare_flush)
 }
 
 /*
- * F3: a flush with no reason anywhere (bnxt_re flushes from its async
- * event path, and the event may say nothing rig counts): -ECANCELED.
+ * F3: a flush with no reason anywhere (bnxt_re's provider makes up
+ * flushes in ibv_poll_cq once its async event path listed the queue pair
+ * for flushing, and the event may say nothing rig counts): -ECANCELED.
  */
 Test(replay, F3_flushes_without_a_reason_report_ECANCELED)
 {
