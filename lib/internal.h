@@ -229,9 +229,12 @@ struct rig__qp {
 		uint32_t misses;	/* spins in a row that caught nothing */
 	} spin[2];
 	struct rig__qp_owner *owner;
-	/* Set by events.c, from any thread, for the owner to apply. */
+	/* Set by events.c, from any thread, for the owner to apply:
+	 * ENODEV for the device, ECONNRESET for a peer that left, any
+	 * other error for an async queue-pair event. */
 	int event_error;
 	const char *event_why;
+	bool event_taken;		/* the owner applied it (ring.c) */
 	/* rig_qp_stats, counted on the slow paths only: per ring, by the
 	 * owner's thread; async_events by any thread, atomically. */
 	uint64_t full[2];

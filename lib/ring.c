@@ -16,6 +16,8 @@
  *   - once the failure is known and the ring's CQ is empty, the library
  *     completes the ring's due entries itself, in order (F6), and drops any
  *     CQE that comes later for them;
+ *   - an async queue-pair event is applied only once both CQs were read:
+ *     an error CQE of the same failure found there wins (F3);
  *   - after a completion of an unknown kind, an async event or a device
  *     failure, the NIC is no longer trusted: both CQs are reaped once more,
  *     then every later CQE is dropped (F2).
@@ -203,16 +205,41 @@ static void reap(struct rig__qp *qp, enum rig_side side)
 			       "the NIC's completion queue could not be read", -1);
 }
 
-/* Applies what rig_nic_events recorded for @qp in another thread. */
-static void take_event(struct rig__qp *qp)
+/*
+ * Applies what rig_nic_events recorded for @qp in another thread, once.
+ *
+ * An async queue-pair event (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR) may
+ * report an error that the rings report too, and the CQE says more: on
+ * recent kernels bnxt_re raises one for every error of a queue pair
+ * (drivers/infiniband/hw/bnxt_re/main.c, bnxt_re_handle_qp_async_event:
+ * a dead peer's REQ_TIMEOUT_RETRY_LIMIT becomes QP_ACCESS_ERR, an
+ * overlong message's RES_EXCEEDS_WQE QP_REQ_ERR). So the CQEs come
+ * first: both CQs are read before the event is recorded, and an error
+ * CQE among them is the failure (F3). That bounds how late the CQE may
+ * land: by the owner's first poll after the event was read. Waiting
+ * longer gains nothing on bnxt_re, whose provider flushes every request
+ * still queued at that very poll (providers/bnxt_re/verbs.c: its flush
+ * lists are set in bnxt_re_async_event, inside ibv_get_async_event), and
+ * would hold up the F6 completions everywhere else.
+ *
+ * The peer leaving (ECONNRESET) and the device (ENODEV) report no error
+ * of the rings: they win over any CQE not yet polled.
+ */
+static void take_event(struct rig__qp *qp, enum rig_side side)
 {
 	uint32_t broken = __atomic_load_n(&qp->pub.broken, __ATOMIC_ACQUIRE);
+	int error;
 
-	if (!(broken & RIG__EVENT))
+	if (!(broken & RIG__EVENT) || qp->event_taken)
 		return;
-	rig__qp_failed(qp, qp->event_error == ENODEV ? RIG__CAUSE_DEVICE
-						      : RIG__CAUSE_EVENT,
-		       qp->event_error, qp->event_why, -1);
+	qp->event_taken = true;
+	error = qp->event_error;
+	if (error != ENODEV && error != ECONNRESET) {
+		reap(qp, side);
+		reap(qp, !side);
+	}
+	rig__qp_failed(qp, error == ENODEV ? RIG__CAUSE_DEVICE : RIG__CAUSE_EVENT,
+		       error, qp->event_why, -1);
 }
 
 RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
@@ -235,7 +262,7 @@ RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
 	else if (n < 0)
 		rig__qp_failed(qp, RIG__CAUSE_DEVICE, EIO,
 			       "the NIC's completion queue could not be read", -1);
-	take_event(qp);
+	take_event(qp, side);
 	if (ring->tail == ring->head)
 		return 0;
 

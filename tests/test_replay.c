@@ -540,6 +540,103 @@ Test(replay, F1_F3_async_event_replaces_a_bare_flush)
 }
 
 /*
+ * F1, F3: an async event that reports an error the rings report too does
+ * not win over that error's CQE. bnxt_re raises one for every error of a
+ * queue pair on recent kernels (drivers/infiniband/hw/bnxt_re/main.c,
+ * bnxt_re_handle_qp_async_event: the requester's REQ_TIMEOUT_RETRY_LIMIT
+ * becomes IB_EVENT_QP_ACCESS_ERR, the responder's RES_EXCEEDS_WQE
+ * IB_EVENT_QP_REQ_ERR), while the hardware writes the error CQE; and its
+ * provider, reading the event (providers/bnxt_re/verbs.c,
+ * bnxt_re_async_event), lists the queue pair for the flushes that
+ * ibv_poll_cq makes up for everything still queued. A dead peer is M3's
+ * -ETIMEDOUT, not -EACCES; an overlong message P4's -EMSGSIZE, not
+ * -EPROTO; every entry carries it, in order, whichever was written first.
+ */
+static const char access_err[] = "QP_ACCESS_ERR, injected";
+
+/* The requester: the retry error, then the event (the order the
+ * hardware and the firmware write them in). */
+Test(replay, F1_F3_error_cqe_then_its_async_event)
+{
+	const char *why;
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_SEND, 11);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_RETRY_EXC_ERR);
+	fake_event(f, EACCES, access_err);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_WR_FLUSH_ERR);
+	fake_complete(f, RIG_RECEIVE, 2, IBV_WC_WR_FLUSH_ERR);
+	why = expect(RIG_RECEIVE, -ETIMEDOUT, 0);
+	cr_assert_neq(why, access_err);
+	expect_failure(-ETIMEDOUT, IBV_WC_RETRY_EXC_ERR);
+	expect_failed(RIG_RECEIVE, 1, -ETIMEDOUT, why);
+	expect_failed(RIG_SEND, 2, -ETIMEDOUT, why);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_failure(-ETIMEDOUT, IBV_WC_RETRY_EXC_ERR);
+}
+
+/* The responder: another thread read the event (rig_nic_events) before
+ * the error CQE of the overlong message landed; the owner polls after. */
+Test(replay, F1_F3_async_event_then_its_error_cqe)
+{
+	const char *why;
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	fake_event(f, EPROTO, "QP_REQ_ERR, injected");
+	fake_complete(f, RIG_RECEIVE, 1, IBV_WC_LOC_LEN_ERR);
+	fake_complete(f, RIG_RECEIVE, 1, IBV_WC_WR_FLUSH_ERR);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_WR_FLUSH_ERR);
+	why = expect(RIG_SEND, -EMSGSIZE, 0);
+	expect_failure(-EMSGSIZE, IBV_WC_LOC_LEN_ERR);
+	expect_failed(RIG_RECEIVE, 2, -EMSGSIZE, why);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_failure(-EMSGSIZE, IBV_WC_LOC_LEN_ERR);
+}
+
+/*
+ * F1, F2: the bound. The CQEs the NIC wrote by the owner's first poll
+ * after the event count; then the event stands and later CQEs are
+ * dropped. bnxt_re's provider makes up a flush, at that poll, for every
+ * request still queued (bnxt_re_poll_flush_wcs), so a hardware CQE later
+ * than that names no request of the queue pair anyway.
+ */
+Test(replay, F1_F2_error_cqe_after_the_event_was_applied_is_dropped)
+{
+	post_one(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 20);
+	fake_event(f, EACCES, access_err);
+	fake_complete(f, RIG_RECEIVE, 1, IBV_WC_WR_FLUSH_ERR);
+	cr_assert_eq(expect(RIG_RECEIVE, -EACCES, 0), access_err);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_RETRY_EXC_ERR);
+	expect_failed(RIG_SEND, 1, -EACCES, access_err);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_failure(-EACCES, -1);
+}
+
+/* F1, F3: the peer leaving (a connection's rdma_cm event) reports no
+ * error of the rings: it wins over an error CQE not yet polled, as an
+ * event always did. */
+Test(replay, F1_F3_peer_left_wins_over_an_unpolled_error_cqe)
+{
+	static const char left[] = "the peer left, injected";
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 20);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_RETRY_EXC_ERR);
+	fake_event(f, ECONNRESET, left);
+	cr_assert_eq(expect(RIG_RECEIVE, -ECONNRESET, 0), left);
+	expect_failed(RIG_SEND, 1, -ECONNRESET, left);
+	expect_failure(-ECONNRESET, -1);
+}
+
+/*
  * F3: a flush with no reason anywhere (bnxt_re's provider makes up
  * flushes in ibv_poll_cq once its async event path listed the queue pair
  * for flushing, and the event may say nothing rig counts): -ECANCELED.
