@@ -10,9 +10,11 @@
  * else, and some entries (a receive posted after the QP went to ERR, or
  * anything due after a device failure) never complete at all. So:
  *   - a flush reports the recorded failure, not "flushed" (F3);
- *   - a flush seen before any reason, or an empty ring with entries due,
- *     makes the library reap the other ring too: the failing entry may sit
- *     there (the application may take the rings in any order);
+ *   - a flush seen before any reason, or an empty ring with entries due
+ *     while the NIC owes the other ring CQEs, makes the library reap the
+ *     other ring too: the failing entry may sit there (the application
+ *     may take the rings in any order). A quiet ring whose other ring
+ *     owes nothing costs one CQ read a poll;
  *   - once the failure is known and the ring's CQ is empty, the library
  *     completes the ring's due entries itself, in order (F6), and drops any
  *     CQE that comes later for them;
@@ -242,19 +244,29 @@ static void take_event(struct rig__qp *qp, enum rig_side side)
 		       error, qp->event_why, -1);
 }
 
-RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
-					const struct ibv_wc *wc, int n,
-					struct rig_completion *c)
+/* Whether the NIC holds entries of @ring whose CQEs the library has not
+ * read: only then may its CQ tell of a failure. */
+static bool owed(const struct rig__ring *ring)
+{
+	return ring->head - ring->tail != ring->ahead;
+}
+
+/*
+ * The slow poll of @side, after the caller took @n CQEs (@wc, n <= 1) of
+ * its CQ; @drained: the caller found the CQ empty just now, so reading it
+ * again would find nothing. An empty poll of a healthy queue pair (the
+ * inline poll's n == 0, a spinning thread's every poll) then reads no CQ
+ * at all, unless a failure can be on the other ring's.
+ */
+static int poll_slow(struct rig_qp *pub, enum rig_side side,
+		     const struct ibv_wc *wc, int n, bool drained,
+		     struct rig_completion *c)
 {
 	struct rig__ring *ring;
 	struct rig__slot *slot;
 	struct rig__qp *qp;
 	uint32_t seq;
 
-	if (!pub || (unsigned)side > RIG_RECEIVE || !c)
-		return rig__fail(EINVAL, "rig_qp_poll: %s",
-				 (unsigned)side > RIG_RECEIVE ? "no such side"
-							      : "NULL argument");
 	qp = rig__qp(pub);
 	ring = &pub->ring[side];
 	if (n == 1)
@@ -266,12 +278,12 @@ RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
 	if (ring->tail == ring->head)
 		return 0;
 
-	if (!ring->ahead)
+	if (!ring->ahead && !drained)
 		reap(qp, side);
 	/* An empty ring may be one the NIC will never complete, and a flush
 	 * (taken here or by the inline poll) has its reason on the other
-	 * ring, if anywhere. */
-	if (!failed(qp) && (!ring->ahead || qp->flushed))
+	 * ring, if anywhere: but only a ring the NIC owes CQEs can show it. */
+	if (!failed(qp) && ((!ring->ahead && owed(&pub->ring[!side])) || qp->flushed))
 		reap(qp, !side);
 	/* The NIC writes the failing entry's completion before it flushes,
 	 * but maybe after this ring's CQ was read: read both once more. */
@@ -312,6 +324,19 @@ RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
 		c->why = NULL;
 	}
 	return 1;
+}
+
+RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
+					const struct ibv_wc *wc, int n,
+					struct rig_completion *c)
+{
+	if (!pub || (unsigned)side > RIG_RECEIVE || !c)
+		return rig__fail(EINVAL, "rig_qp_poll: %s",
+				 (unsigned)side > RIG_RECEIVE ? "no such side"
+							      : "NULL argument");
+	/* The inline poll passes the CQE it read; with n == 0 it just
+	 * found the CQ empty. */
+	return poll_slow(pub, side, wc, n, wc && n == 0, c);
 }
 
 static int check_span(const struct rig__qp *qp, const struct rig_region *r,
@@ -544,14 +569,17 @@ RIG_EXPORT int rig_qp_poll_batch(struct rig_qp *pub, enum rig_side side,
 {
 	struct ibv_wc wc[RIG_BATCH_MAX];
 	struct rig__ring *ring;
-	int n, i, taken = 0, ret;
+	int n = 0, i, taken = 0, ret, want;
+	bool drained = false;
 
 	if (!pub || !c || (unsigned)side > RIG_RECEIVE || max < 0)
 		return rig__fail(EINVAL, "rig_qp_poll_batch: bad argument");
 	ring = &pub->ring[side];
 	/* The common case: healthy, nothing stashed: one ibv_poll_cq. */
 	if (!rig__qp_broken(pub) && !ring->ahead && ring->tail != ring->head && max) {
-		n = ibv_poll_cq(ring->cq, max < RIG_BATCH_MAX ? max : RIG_BATCH_MAX, wc);
+		want = max < RIG_BATCH_MAX ? max : RIG_BATCH_MAX;
+		n = ibv_poll_cq(ring->cq, want, wc);
+		drained = n >= 0 && n < want;
 		for (i = 0; i < n; i++) {
 			if (wc[i].status != IBV_WC_SUCCESS || !rig__wc_kind_ok(side, &wc[i]))
 				break;
@@ -571,7 +599,10 @@ RIG_EXPORT int rig_qp_poll_batch(struct rig_qp *pub, enum rig_side side,
 	while (taken < max) {
 		uint64_t cookie = ring->slot[ring->tail & RIG__MASK].cookie;
 
-		ret = rig__qp_poll_slow(pub, side, NULL, 0, &c[taken]);
+		/* A CQ that could not be read fails the queue pair there. */
+		ret = poll_slow(pub, side, NULL, n < 0 ? n : 0, drained, &c[taken]);
+		n = 0;
+		drained = false;
 		if (ret <= 0)
 			break;
 		if (cookies)

@@ -945,6 +945,68 @@ Test(replay, Q1_F5_room_frees_when_taken)
 	cr_assert_eq(f->ring[RIG_RECEIVE].nreq, RIG_RING_ENTRIES);
 }
 
+/*
+ * T1, F6: what an empty poll costs. A thread spinning on a quiet ring reads
+ * its CQ once per poll, through rig_qp_poll and rig_qp_poll_batch alike.
+ * The other ring's CQ is read as well only while a failure can be there:
+ * while the NIC holds entries of that ring whose CQEs the library has not
+ * read (the quiet ring may be one the NIC never completes, F6), or after
+ * a flush. A CQE found there is kept for its ring, which then owes
+ * nothing, and the look stops.
+ */
+static void spin_empty(enum rig_side side, int polls, bool batch)
+{
+	struct rig_completion c[4];
+	int i;
+
+	for (i = 0; i < polls; i++) {
+		if (batch)
+			cr_assert_eq(rig_qp_poll_batch(f->qp, side, c, NULL, 4), 0);
+		else
+			expect_none(side);
+	}
+}
+
+static void expect_polls(unsigned long send, unsigned long receive)
+{
+	cr_assert_eq(f->ring[RIG_SEND].cq.polls, send, "send CQ read %lu times, not %lu",
+		     f->ring[RIG_SEND].cq.polls, send);
+	cr_assert_eq(f->ring[RIG_RECEIVE].cq.polls, receive,
+		     "receive CQ read %lu times, not %lu",
+		     f->ring[RIG_RECEIVE].cq.polls, receive);
+}
+
+Test(replay, T1_F6_an_empty_poll_reads_one_cq)
+{
+	post_one(RIG_SEND, 10);
+	spin_empty(RIG_SEND, 1000, false);
+	expect_polls(1000, 0);
+	spin_empty(RIG_SEND, 1000, true);
+	expect_polls(2000, 0);
+
+	/* A receive at the NIC: a failure may sit on its CQ. */
+	post_one(RIG_RECEIVE, 20);
+	spin_empty(RIG_SEND, 100, false);
+	expect_polls(2100, 100);
+	fake_message(f, 5);
+	spin_empty(RIG_SEND, 100, false);
+	expect_polls(2200, 101);
+	spin_empty(RIG_SEND, 100, true);
+	expect_polls(2300, 101);
+	cr_assert_eq(fake_unpolled(f, RIG_RECEIVE), 0);
+	expect_ok(RIG_RECEIVE, 5);
+
+	/* And the send ring's completion, then an empty receive ring. */
+	fake_complete(f, RIG_SEND, 1, IBV_WC_SUCCESS);
+	expect_ok(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 21);
+	f->ring[RIG_SEND].cq.polls = f->ring[RIG_RECEIVE].cq.polls = 0;
+	spin_empty(RIG_RECEIVE, 1000, false);
+	spin_empty(RIG_RECEIVE, 1000, true);
+	expect_polls(0, 2000);
+	expect_failure(0, -1);
+}
+
 /* ---------------------------------------------------- generated orders */
 
 /*
