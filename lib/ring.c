@@ -84,9 +84,12 @@ static int failed(const struct rig__qp *qp)
 	return qp->cause != RIG__CAUSE_NONE;
 }
 
-void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
-		    const char *why, int wc_status)
+/* Records a failure; true if it is the queue pair's first. */
+static bool record(struct rig__qp *qp, enum rig__cause cause, int error,
+		   const char *why, int wc_status)
 {
+	bool first = !failed(qp);
+
 	/* The first failure wins, except that a bare flush is only a
 	 * failure whose reason has not been seen yet, and a reason CQE
 	 * may land after the flush was taken: the real reason replaces it
@@ -100,7 +103,7 @@ void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 	 * record of it takes them. */
 	if (failed(qp) && (qp->cause != RIG__CAUSE_FLUSH ||
 			   cause == RIG__CAUSE_FLUSH))
-		return;
+		return false;
 	rig__log(RIG_LOG_WARN, "%s: queue pair 0x%06x failed%s: %s (%s)%s",
 		 qp->nic->name, qp->pub.ibqp->qp_num,
 		 failed(qp) ? ", the reason of its flush found" : "",
@@ -110,6 +113,25 @@ void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 	qp->why = why;
 	qp->wc_status = wc_status;
 	__atomic_or_fetch(&qp->pub.broken, RIG__FAILED, __ATOMIC_RELAXED);
+	return first;
+}
+
+/*
+ * A failure found by the rings (a CQE, a flush, a CQ that cannot be read,
+ * a refused doorbell) is news for both rings, as an event is: the other
+ * ring may never raise a completion event for it (bnxt_re flushes in
+ * software, inside ibv_poll_cq, and an error on the send side lists the
+ * receive queue for flushing only at a later poll: providers/bnxt_re/
+ * verbs.c, bnxt_re_poll_err_scqe), and a loop waiting for that ring's
+ * news, or a thread waiting on it, would sleep past the failure. The
+ * layer above tells them through a hook: this file calls none by name.
+ * That may write an eventfd, never a control request (T3).
+ */
+void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
+		    const char *why, int wc_status)
+{
+	if (record(qp, cause, error, why, wc_status) && qp->rings_failed)
+		qp->rings_failed(qp);
 }
 
 RIG_EXPORT int rig_qp_stats(const struct rig_qp *pub, enum rig_side side,
@@ -240,8 +262,9 @@ static void take_event(struct rig__qp *qp, enum rig_side side)
 		reap(qp, side);
 		reap(qp, !side);
 	}
-	rig__qp_failed(qp, error == ENODEV ? RIG__CAUSE_DEVICE : RIG__CAUSE_EVENT,
-		       error, qp->event_why, -1);
+	/* events.c told both rings' consumers when it recorded it. */
+	record(qp, error == ENODEV ? RIG__CAUSE_DEVICE : RIG__CAUSE_EVENT,
+	       error, qp->event_why, -1);
 }
 
 /* Whether the NIC holds entries of @ring whose CQEs the library has not

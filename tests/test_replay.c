@@ -637,6 +637,98 @@ Test(replay, F1_F3_peer_left_wins_over_an_unpolled_error_cqe)
 }
 
 /*
+ * F1, T2: a failure the rings find is news for both rings, as an event is
+ * (events.c tells an event's to both): the library calls the hook the
+ * layer above set, once per queue pair, whichever ring or post found it.
+ * bnxt_re is why (providers/bnxt_re/verbs.c): it makes up flushes inside
+ * ibv_poll_cq with no completion event, and an error send CQE lists only
+ * the send queue for flushing (bnxt_re_poll_err_scqe), so the receive
+ * ring may never raise an event that would wake its waiter or list it in
+ * its loop.
+ */
+static int told;
+
+static void count_told(struct rig__qp *qp)
+{
+	cr_assert_eq(qp, &f->q);
+	cr_assert_neq(rig_qp_failure(f->qp, NULL), 0, "told before the failure was kept");
+	told++;
+}
+
+static void expect_told(int n)
+{
+	cr_assert_eq(told, n, "both rings told %d times, not %d", told, n);
+}
+
+static void tell_reset(void)
+{
+	fake_reset(f);
+	f->q.rings_failed = count_told;
+	told = 0;
+}
+
+Test(replay, F1_T2_a_failure_the_rings_find_is_news_for_both)
+{
+	const char *why;
+
+	/* An error CQE on the send ring, found by the quiet receive ring. */
+	tell_reset();
+	post_one(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_RETRY_EXC_ERR);
+	why = expect(RIG_RECEIVE, -ETIMEDOUT, 0);
+	expect_told(1);
+	expect_failed(RIG_RECEIVE, 1, -ETIMEDOUT, why);
+	expect_failed(RIG_SEND, 1, -ETIMEDOUT, why);
+	post_one(RIG_SEND, 11);
+	expect_failed(RIG_SEND, 1, -ETIMEDOUT, why);
+	expect_told(1);
+
+	/* A bare flush, then its reason: told once, at the flush. */
+	tell_reset();
+	post_one(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	fake_complete(f, RIG_RECEIVE, 2, IBV_WC_WR_FLUSH_ERR);
+	expect(RIG_RECEIVE, -ECANCELED, 0);
+	expect_told(1);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_REM_OP_ERR);
+	why = expect(RIG_SEND, -EREMOTEIO, 0);
+	expect_failed(RIG_RECEIVE, 1, -EREMOTEIO, why);
+	expect_told(1);
+
+	/* A doorbell the NIC refused, found by the post itself. */
+	tell_reset();
+	post_one(RIG_RECEIVE, 20);
+	fake_doorbell_fails(f, RIG_SEND, EIO);
+	post_one(RIG_SEND, 10);
+	expect_told(1);
+	expect(RIG_RECEIVE, -EIO, 0);
+	expect(RIG_SEND, -EIO, 0);
+	expect_told(1);
+
+	/* A completion of an unknown kind, and a CQ that cannot be read. */
+	tell_reset();
+	post_one(RIG_RECEIVE, 20);
+	fake_cqe(f, RIG_RECEIVE, 0, IBV_WC_SUCCESS, IBV_WC_RECV, 4, IBV_WC_WITH_IMM);
+	expect(RIG_RECEIVE, -EPROTO, 0);
+	expect_told(1);
+	tell_reset();
+	post_one(RIG_SEND, 10);
+	fake_cq_fails(f, RIG_SEND, -EIO);
+	expect(RIG_SEND, -EIO, 0);
+	expect_told(1);
+
+	/* An event: events.c told both rings when it recorded it. */
+	tell_reset();
+	post_one(RIG_RECEIVE, 20);
+	fake_event(f, EIO, "QP_FATAL, injected");
+	expect(RIG_RECEIVE, -EIO, 0);
+	expect_told(0);
+}
+
+/*
  * F3: a flush with no reason anywhere (bnxt_re's provider makes up
  * flushes in ibv_poll_cq once its async event path listed the queue pair
  * for flushing, and the event may say nothing rig counts): -ECANCELED.
