@@ -343,10 +343,24 @@ void rig__events_fail_qp(struct rig__qp *qp, int error, const char *why)
 	pthread_mutex_unlock(&loop->lock);
 }
 
+/* ring.c's hook: the owner's poll or post found @qp failed. Both rings'
+ * consumers hear of it, as of an async event. */
+static void rings_failed(struct rig__qp *qp)
+{
+	struct rig_loop *loop = qp->loop;
+
+	pthread_mutex_lock(&loop->lock);
+	tell(qp, RIG_SEND);
+	tell(qp, RIG_RECEIVE);
+	loop->watcher->done(loop->watcher);
+	pthread_mutex_unlock(&loop->lock);
+}
+
 void rig__events_add(struct rig__qp *qp)
 {
 	struct rig_loop *loop = qp->loop;
 
+	qp->rings_failed = rings_failed;
 	pthread_mutex_lock(&loop->lock);
 	loop->watcher->add(loop->watcher, qp);
 	pthread_mutex_unlock(&loop->lock);

@@ -236,9 +236,18 @@ struct rig__qp {
 		uint32_t misses;	/* spins in a row that caught nothing */
 	} spin[2];
 	struct rig__qp_owner *owner;
-	/* Set by events.c, from any thread, for the owner to apply. */
+	/* Set by events.c, from any thread, for the owner to apply:
+	 * ENODEV for the device, ECONNRESET for a peer that left, any
+	 * other error for an async queue-pair event. */
 	int event_error;
 	const char *event_why;
+	bool event_taken;		/* the owner applied it (ring.c) */
+	/* Set by events.c when the queue pair is listed: tells both rings'
+	 * consumers of a failure that a poll or a post of the owner found
+	 * (ring.c calls it once, on the first failure it records, and never
+	 * for an event: events.c told of that). Any thread may wait on the
+	 * other ring or on the loop's news for it. */
+	void (*rings_failed)(struct rig__qp *qp);
 	/* rig_qp_stats, counted on the slow paths only: per ring, by the
 	 * owner's thread; async_events by any thread, atomically. */
 	uint64_t full[2];
@@ -259,7 +268,8 @@ void rig__regions_free(struct rig_nic *nic);
 /* nic.c: makes @fd non-blocking; 0 or -errno, with @what in the message. */
 int rig__set_nonblock(int fd, const char *what);
 
-/* ring.c: records @qp's first failure (rig(7) F3); later ones do not. */
+/* ring.c: records @qp's first failure (rig(7) F3), and tells both rings'
+ * consumers through @qp->rings_failed; later ones do neither. */
 void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 		    const char *why, int wc_status);
 

@@ -10,12 +10,16 @@
  * else, and some entries (a receive posted after the QP went to ERR, or
  * anything due after a device failure) never complete at all. So:
  *   - a flush reports the recorded failure, not "flushed" (F3);
- *   - a flush seen before any reason, or an empty ring with entries due,
- *     makes the library reap the other ring too: the failing entry may sit
- *     there (the application may take the rings in any order);
+ *   - a flush seen before any reason, or an empty ring with entries due
+ *     while the NIC owes the other ring CQEs, makes the library reap the
+ *     other ring too: the failing entry may sit there (the application
+ *     may take the rings in any order). A quiet ring whose other ring
+ *     owes nothing costs one CQ read a poll;
  *   - once the failure is known and the ring's CQ is empty, the library
  *     completes the ring's due entries itself, in order (F6), and drops any
  *     CQE that comes later for them;
+ *   - an async queue-pair event is applied only once both CQs were read:
+ *     an error CQE of the same failure found there wins (F3);
  *   - after a completion of an unknown kind, an async event or a device
  *     failure, the NIC is no longer trusted: both CQs are reaped once more,
  *     then every later CQE is dropped (F2).
@@ -80,17 +84,26 @@ static int failed(const struct rig__qp *qp)
 	return qp->cause != RIG__CAUSE_NONE;
 }
 
-void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
-		    const char *why, int wc_status)
+/* Records a failure; true if it is the queue pair's first. */
+static bool record(struct rig__qp *qp, enum rig__cause cause, int error,
+		   const char *why, int wc_status)
 {
+	bool first = !failed(qp);
+
 	/* The first failure wins, except that a bare flush is only a
-	 * failure whose reason has not been seen yet: bnxt_re writes its
-	 * flushes inside ibv_get_async_event, before rig learns the event
-	 * that explains them, and a reason CQE may land after the flush
-	 * was taken. The real reason replaces it (F3). */
+	 * failure whose reason has not been seen yet, and a reason CQE
+	 * may land after the flush was taken: the real reason replaces it
+	 * (F3). bnxt_re gives flushes before their reason often: its
+	 * provider (rdma-core 50 on, providers/bnxt_re/verbs.c) links the
+	 * queue pair onto its CQs' software flush lists inside
+	 * ibv_get_async_event (bnxt_re_async_event) and when it reads an
+	 * error CQE, and makes up the flush CQEs inside ibv_poll_cq
+	 * (bnxt_re_poll_cq, bnxt_re_poll_flush_lists), with no completion
+	 * event; a poll between the read of the async event and rig's
+	 * record of it takes them. */
 	if (failed(qp) && (qp->cause != RIG__CAUSE_FLUSH ||
 			   cause == RIG__CAUSE_FLUSH))
-		return;
+		return false;
 	rig__log(RIG_LOG_WARN, "%s: queue pair 0x%06x failed%s: %s (%s)%s",
 		 qp->nic->name, qp->pub.ibqp->qp_num,
 		 failed(qp) ? ", the reason of its flush found" : "",
@@ -100,6 +113,25 @@ void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 	qp->why = why;
 	qp->wc_status = wc_status;
 	__atomic_or_fetch(&qp->pub.broken, RIG__FAILED, __ATOMIC_RELAXED);
+	return first;
+}
+
+/*
+ * A failure found by the rings (a CQE, a flush, a CQ that cannot be read,
+ * a refused doorbell) is news for both rings, as an event is: the other
+ * ring may never raise a completion event for it (bnxt_re flushes in
+ * software, inside ibv_poll_cq, and an error on the send side lists the
+ * receive queue for flushing only at a later poll: providers/bnxt_re/
+ * verbs.c, bnxt_re_poll_err_scqe), and a loop waiting for that ring's
+ * news, or a thread waiting on it, would sleep past the failure. The
+ * layer above tells them through a hook: this file calls none by name.
+ * That may write an eventfd, never a control request (T3).
+ */
+void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
+		    const char *why, int wc_status)
+{
+	if (record(qp, cause, error, why, wc_status) && qp->rings_failed)
+		qp->rings_failed(qp);
 }
 
 RIG_EXPORT int rig_qp_stats(const struct rig_qp *pub, enum rig_side side,
@@ -197,31 +229,67 @@ static void reap(struct rig__qp *qp, enum rig_side side)
 			       "the NIC's completion queue could not be read", -1);
 }
 
-/* Applies what rig_nic_events recorded for @qp in another thread. */
-static void take_event(struct rig__qp *qp)
+/*
+ * Applies what rig_nic_events recorded for @qp in another thread, once.
+ *
+ * An async queue-pair event (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR) may
+ * report an error that the rings report too, and the CQE says more: on
+ * recent kernels bnxt_re raises one for every error of a queue pair
+ * (drivers/infiniband/hw/bnxt_re/main.c, bnxt_re_handle_qp_async_event:
+ * a dead peer's REQ_TIMEOUT_RETRY_LIMIT becomes QP_ACCESS_ERR, an
+ * overlong message's RES_EXCEEDS_WQE QP_REQ_ERR). So the CQEs come
+ * first: both CQs are read before the event is recorded, and an error
+ * CQE among them is the failure (F3). That bounds how late the CQE may
+ * land: by the owner's first poll after the event was read. Waiting
+ * longer gains nothing on bnxt_re, whose provider flushes every request
+ * still queued at that very poll (providers/bnxt_re/verbs.c: its flush
+ * lists are set in bnxt_re_async_event, inside ibv_get_async_event), and
+ * would hold up the F6 completions everywhere else.
+ *
+ * The peer leaving (ECONNRESET) and the device (ENODEV) report no error
+ * of the rings: they win over any CQE not yet polled.
+ */
+static void take_event(struct rig__qp *qp, enum rig_side side)
 {
 	uint32_t broken = __atomic_load_n(&qp->pub.broken, __ATOMIC_ACQUIRE);
+	int error;
 
-	if (!(broken & RIG__EVENT))
+	if (!(broken & RIG__EVENT) || qp->event_taken)
 		return;
-	rig__qp_failed(qp, qp->event_error == ENODEV ? RIG__CAUSE_DEVICE
-						      : RIG__CAUSE_EVENT,
-		       qp->event_error, qp->event_why, -1);
+	qp->event_taken = true;
+	error = qp->event_error;
+	if (error != ENODEV && error != ECONNRESET) {
+		reap(qp, side);
+		reap(qp, !side);
+	}
+	/* events.c told both rings' consumers when it recorded it. */
+	record(qp, error == ENODEV ? RIG__CAUSE_DEVICE : RIG__CAUSE_EVENT,
+	       error, qp->event_why, -1);
 }
 
-RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
-					const struct ibv_wc *wc, int n,
-					struct rig_completion *c)
+/* Whether the NIC holds entries of @ring whose CQEs the library has not
+ * read: only then may its CQ tell of a failure. */
+static bool owed(const struct rig__ring *ring)
+{
+	return ring->head - ring->tail != ring->ahead;
+}
+
+/*
+ * The slow poll of @side, after the caller took @n CQEs (@wc, n <= 1) of
+ * its CQ; @drained: the caller found the CQ empty just now, so reading it
+ * again would find nothing. An empty poll of a healthy queue pair (the
+ * inline poll's n == 0, a spinning thread's every poll) then reads no CQ
+ * at all, unless a failure can be on the other ring's.
+ */
+static int poll_slow(struct rig_qp *pub, enum rig_side side,
+		     const struct ibv_wc *wc, int n, bool drained,
+		     struct rig_completion *c)
 {
 	struct rig__ring *ring;
 	struct rig__slot *slot;
 	struct rig__qp *qp;
 	uint32_t seq;
 
-	if (!pub || (unsigned)side > RIG_RECEIVE || !c)
-		return rig__fail(EINVAL, "rig_qp_poll: %s",
-				 (unsigned)side > RIG_RECEIVE ? "no such side"
-							      : "NULL argument");
 	qp = rig__qp(pub);
 	ring = &pub->ring[side];
 	if (n == 1)
@@ -229,16 +297,16 @@ RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
 	else if (n < 0)
 		rig__qp_failed(qp, RIG__CAUSE_DEVICE, EIO,
 			       "the NIC's completion queue could not be read", -1);
-	take_event(qp);
+	take_event(qp, side);
 	if (ring->tail == ring->head)
 		return 0;
 
-	if (!ring->ahead)
+	if (!ring->ahead && !drained)
 		reap(qp, side);
 	/* An empty ring may be one the NIC will never complete, and a flush
 	 * (taken here or by the inline poll) has its reason on the other
-	 * ring, if anywhere. */
-	if (!failed(qp) && (!ring->ahead || qp->flushed))
+	 * ring, if anywhere: but only a ring the NIC owes CQEs can show it. */
+	if (!failed(qp) && ((!ring->ahead && owed(&pub->ring[!side])) || qp->flushed))
 		reap(qp, !side);
 	/* The NIC writes the failing entry's completion before it flushes,
 	 * but maybe after this ring's CQ was read: read both once more. */
@@ -279,6 +347,19 @@ RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
 		c->why = NULL;
 	}
 	return 1;
+}
+
+RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
+					const struct ibv_wc *wc, int n,
+					struct rig_completion *c)
+{
+	if (!pub || (unsigned)side > RIG_RECEIVE || !c)
+		return rig__fail(EINVAL, "rig_qp_poll: %s",
+				 (unsigned)side > RIG_RECEIVE ? "no such side"
+							      : "NULL argument");
+	/* The inline poll passes the CQE it read; with n == 0 it just
+	 * found the CQ empty. */
+	return poll_slow(pub, side, wc, n, wc && n == 0, c);
 }
 
 static int check_span(const struct rig__qp *qp, const struct rig_region *r,
@@ -511,14 +592,17 @@ RIG_EXPORT int rig_qp_poll_batch(struct rig_qp *pub, enum rig_side side,
 {
 	struct ibv_wc wc[RIG_BATCH_MAX];
 	struct rig__ring *ring;
-	int n, i, taken = 0, ret;
+	int n = 0, i, taken = 0, ret, want;
+	bool drained = false;
 
 	if (!pub || !c || (unsigned)side > RIG_RECEIVE || max < 0)
 		return rig__fail(EINVAL, "rig_qp_poll_batch: bad argument");
 	ring = &pub->ring[side];
 	/* The common case: healthy, nothing stashed: one ibv_poll_cq. */
 	if (!rig__qp_broken(pub) && !ring->ahead && ring->tail != ring->head && max) {
-		n = ibv_poll_cq(ring->cq, max < RIG_BATCH_MAX ? max : RIG_BATCH_MAX, wc);
+		want = max < RIG_BATCH_MAX ? max : RIG_BATCH_MAX;
+		n = ibv_poll_cq(ring->cq, want, wc);
+		drained = n >= 0 && n < want;
 		for (i = 0; i < n; i++) {
 			if (wc[i].status != IBV_WC_SUCCESS || !rig__wc_kind_ok(side, &wc[i]))
 				break;
@@ -538,7 +622,10 @@ RIG_EXPORT int rig_qp_poll_batch(struct rig_qp *pub, enum rig_side side,
 	while (taken < max) {
 		uint64_t cookie = ring->slot[ring->tail & RIG__MASK].cookie;
 
-		ret = rig__qp_poll_slow(pub, side, NULL, 0, &c[taken]);
+		/* A CQ that could not be read fails the queue pair there. */
+		ret = poll_slow(pub, side, NULL, n < 0 ? n : 0, drained, &c[taken]);
+		n = 0;
+		drained = false;
 		if (ret <= 0)
 			break;
 		if (cookies)

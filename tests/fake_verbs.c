@@ -22,6 +22,7 @@ static int fake_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	size_t end = cq->hold ? cq->held : cq->last;
 	int i;
 
+	cq->polls++;
 	if (cq->hold)
 		cq->hold--;
 	if (cq->fail) {
@@ -140,6 +141,7 @@ void fake_reset(struct fake *f)
 		ring->cq.first = ring->cq.last = 0;
 		ring->cq.fail = 0;
 		ring->cq.hold = 0;
+		ring->cq.polls = 0;
 		ring->nreq = ring->next = 0;
 		ring->outcome = FAKE_ACCEPT;
 	}

@@ -46,6 +46,7 @@ struct fake_cq {
 	int fail;			/* < 0: the next poll returns it */
 	size_t held;			/* CQEs from here on land ... */
 	int hold;			/* ... after this many more polls */
+	unsigned long polls;		/* ibv_poll_cq calls on it so far */
 };
 
 struct fake_ring {

@@ -158,11 +158,13 @@ Test(event, F1_QP_ACCESS_ERR_fails_that_queue_pair)
  * entries taken from then on carry the event's error, as does
  * rig_qp_failure().
  *
- * The order is bnxt_re's: it writes its flush completions inside
- * ibv_get_async_event() (the provider's async-event hook), before rig has
- * recorded the event, so a poll in between takes a flush first. rxe cannot
- * produce it: it raises no async event for any queue-pair failure. So the
- * test builds the order itself: it moves a's QP to ERR with a raw
+ * The order is bnxt_re's: its provider links the queue pair onto its
+ * CQs' software flush lists inside ibv_get_async_event() (the provider's
+ * async-event hook) and makes up the flush completions inside
+ * ibv_poll_cq(), so a poll between the event's read and rig's record of
+ * it takes a flush first. rxe cannot produce it: it raises no async
+ * event for any queue-pair failure. So the test builds the order itself:
+ * it moves a's QP to ERR with a raw
  * ibv_modify_qp (what rig never does), which makes rxe flush a's
  * receives, takes one flush, and only then injects QP_FATAL for a.
  */

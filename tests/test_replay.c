@@ -540,8 +540,198 @@ Test(replay, F1_F3_async_event_replaces_a_bare_flush)
 }
 
 /*
- * F3: a flush with no reason anywhere (bnxt_re flushes from its async
- * event path, and the event may say nothing rig counts): -ECANCELED.
+ * F1, F3: an async event that reports an error the rings report too does
+ * not win over that error's CQE. bnxt_re raises one for every error of a
+ * queue pair on recent kernels (drivers/infiniband/hw/bnxt_re/main.c,
+ * bnxt_re_handle_qp_async_event: the requester's REQ_TIMEOUT_RETRY_LIMIT
+ * becomes IB_EVENT_QP_ACCESS_ERR, the responder's RES_EXCEEDS_WQE
+ * IB_EVENT_QP_REQ_ERR), while the hardware writes the error CQE; and its
+ * provider, reading the event (providers/bnxt_re/verbs.c,
+ * bnxt_re_async_event), lists the queue pair for the flushes that
+ * ibv_poll_cq makes up for everything still queued. A dead peer is M3's
+ * -ETIMEDOUT, not -EACCES; an overlong message P4's -EMSGSIZE, not
+ * -EPROTO; every entry carries it, in order, whichever was written first.
+ */
+static const char access_err[] = "QP_ACCESS_ERR, injected";
+
+/* The requester: the retry error, then the event (the order the
+ * hardware and the firmware write them in). */
+Test(replay, F1_F3_error_cqe_then_its_async_event)
+{
+	const char *why;
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_SEND, 11);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_RETRY_EXC_ERR);
+	fake_event(f, EACCES, access_err);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_WR_FLUSH_ERR);
+	fake_complete(f, RIG_RECEIVE, 2, IBV_WC_WR_FLUSH_ERR);
+	why = expect(RIG_RECEIVE, -ETIMEDOUT, 0);
+	cr_assert_neq(why, access_err);
+	expect_failure(-ETIMEDOUT, IBV_WC_RETRY_EXC_ERR);
+	expect_failed(RIG_RECEIVE, 1, -ETIMEDOUT, why);
+	expect_failed(RIG_SEND, 2, -ETIMEDOUT, why);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_failure(-ETIMEDOUT, IBV_WC_RETRY_EXC_ERR);
+}
+
+/* The responder: another thread read the event (rig_nic_events) before
+ * the error CQE of the overlong message landed; the owner polls after. */
+Test(replay, F1_F3_async_event_then_its_error_cqe)
+{
+	const char *why;
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	fake_event(f, EPROTO, "QP_REQ_ERR, injected");
+	fake_complete(f, RIG_RECEIVE, 1, IBV_WC_LOC_LEN_ERR);
+	fake_complete(f, RIG_RECEIVE, 1, IBV_WC_WR_FLUSH_ERR);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_WR_FLUSH_ERR);
+	why = expect(RIG_SEND, -EMSGSIZE, 0);
+	expect_failure(-EMSGSIZE, IBV_WC_LOC_LEN_ERR);
+	expect_failed(RIG_RECEIVE, 2, -EMSGSIZE, why);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_failure(-EMSGSIZE, IBV_WC_LOC_LEN_ERR);
+}
+
+/*
+ * F1, F2: the bound. The CQEs the NIC wrote by the owner's first poll
+ * after the event count; then the event stands and later CQEs are
+ * dropped. bnxt_re's provider makes up a flush, at that poll, for every
+ * request still queued (bnxt_re_poll_flush_wcs), so a hardware CQE later
+ * than that names no request of the queue pair anyway.
+ */
+Test(replay, F1_F2_error_cqe_after_the_event_was_applied_is_dropped)
+{
+	post_one(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 20);
+	fake_event(f, EACCES, access_err);
+	fake_complete(f, RIG_RECEIVE, 1, IBV_WC_WR_FLUSH_ERR);
+	cr_assert_eq(expect(RIG_RECEIVE, -EACCES, 0), access_err);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_RETRY_EXC_ERR);
+	expect_failed(RIG_SEND, 1, -EACCES, access_err);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_failure(-EACCES, -1);
+}
+
+/* F1, F3: the peer leaving (a connection's rdma_cm event) reports no
+ * error of the rings: it wins over an error CQE not yet polled, as an
+ * event always did. */
+Test(replay, F1_F3_peer_left_wins_over_an_unpolled_error_cqe)
+{
+	static const char left[] = "the peer left, injected";
+
+	post_one(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 20);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_RETRY_EXC_ERR);
+	fake_event(f, ECONNRESET, left);
+	cr_assert_eq(expect(RIG_RECEIVE, -ECONNRESET, 0), left);
+	expect_failed(RIG_SEND, 1, -ECONNRESET, left);
+	expect_failure(-ECONNRESET, -1);
+}
+
+/*
+ * F1, T2: a failure the rings find is news for both rings, as an event is
+ * (events.c tells an event's to both): the library calls the hook the
+ * layer above set, once per queue pair, whichever ring or post found it.
+ * bnxt_re is why (providers/bnxt_re/verbs.c): it makes up flushes inside
+ * ibv_poll_cq with no completion event, and an error send CQE lists only
+ * the send queue for flushing (bnxt_re_poll_err_scqe), so the receive
+ * ring may never raise an event that would wake its waiter or list it in
+ * its loop.
+ */
+static int told;
+
+static void count_told(struct rig__qp *qp)
+{
+	cr_assert_eq(qp, &f->q);
+	cr_assert_neq(rig_qp_failure(f->qp, NULL), 0, "told before the failure was kept");
+	told++;
+}
+
+static void expect_told(int n)
+{
+	cr_assert_eq(told, n, "both rings told %d times, not %d", told, n);
+}
+
+static void tell_reset(void)
+{
+	fake_reset(f);
+	f->q.rings_failed = count_told;
+	told = 0;
+}
+
+Test(replay, F1_T2_a_failure_the_rings_find_is_news_for_both)
+{
+	const char *why;
+
+	/* An error CQE on the send ring, found by the quiet receive ring. */
+	tell_reset();
+	post_one(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_RETRY_EXC_ERR);
+	why = expect(RIG_RECEIVE, -ETIMEDOUT, 0);
+	expect_told(1);
+	expect_failed(RIG_RECEIVE, 1, -ETIMEDOUT, why);
+	expect_failed(RIG_SEND, 1, -ETIMEDOUT, why);
+	post_one(RIG_SEND, 11);
+	expect_failed(RIG_SEND, 1, -ETIMEDOUT, why);
+	expect_told(1);
+
+	/* A bare flush, then its reason: told once, at the flush. */
+	tell_reset();
+	post_one(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 20);
+	post_one(RIG_RECEIVE, 21);
+	fake_complete(f, RIG_RECEIVE, 2, IBV_WC_WR_FLUSH_ERR);
+	expect(RIG_RECEIVE, -ECANCELED, 0);
+	expect_told(1);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_REM_OP_ERR);
+	why = expect(RIG_SEND, -EREMOTEIO, 0);
+	expect_failed(RIG_RECEIVE, 1, -EREMOTEIO, why);
+	expect_told(1);
+
+	/* A doorbell the NIC refused, found by the post itself. */
+	tell_reset();
+	post_one(RIG_RECEIVE, 20);
+	fake_doorbell_fails(f, RIG_SEND, EIO);
+	post_one(RIG_SEND, 10);
+	expect_told(1);
+	expect(RIG_RECEIVE, -EIO, 0);
+	expect(RIG_SEND, -EIO, 0);
+	expect_told(1);
+
+	/* A completion of an unknown kind, and a CQ that cannot be read. */
+	tell_reset();
+	post_one(RIG_RECEIVE, 20);
+	fake_cqe(f, RIG_RECEIVE, 0, IBV_WC_SUCCESS, IBV_WC_RECV, 4, IBV_WC_WITH_IMM);
+	expect(RIG_RECEIVE, -EPROTO, 0);
+	expect_told(1);
+	tell_reset();
+	post_one(RIG_SEND, 10);
+	fake_cq_fails(f, RIG_SEND, -EIO);
+	expect(RIG_SEND, -EIO, 0);
+	expect_told(1);
+
+	/* An event: events.c told both rings when it recorded it. */
+	tell_reset();
+	post_one(RIG_RECEIVE, 20);
+	fake_event(f, EIO, "QP_FATAL, injected");
+	expect(RIG_RECEIVE, -EIO, 0);
+	expect_told(0);
+}
+
+/*
+ * F3: a flush with no reason anywhere (bnxt_re's provider makes up
+ * flushes in ibv_poll_cq once its async event path listed the queue pair
+ * for flushing, and the event may say nothing rig counts): -ECANCELED.
  */
 Test(replay, F3_flushes_without_a_reason_report_ECANCELED)
 {
@@ -845,6 +1035,68 @@ Test(replay, Q1_F5_room_frees_when_taken)
 	expect_none(RIG_RECEIVE);
 	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES);
 	cr_assert_eq(f->ring[RIG_RECEIVE].nreq, RIG_RING_ENTRIES);
+}
+
+/*
+ * T1, F6: what an empty poll costs. A thread spinning on a quiet ring reads
+ * its CQ once per poll, through rig_qp_poll and rig_qp_poll_batch alike.
+ * The other ring's CQ is read as well only while a failure can be there:
+ * while the NIC holds entries of that ring whose CQEs the library has not
+ * read (the quiet ring may be one the NIC never completes, F6), or after
+ * a flush. A CQE found there is kept for its ring, which then owes
+ * nothing, and the look stops.
+ */
+static void spin_empty(enum rig_side side, int polls, bool batch)
+{
+	struct rig_completion c[4];
+	int i;
+
+	for (i = 0; i < polls; i++) {
+		if (batch)
+			cr_assert_eq(rig_qp_poll_batch(f->qp, side, c, NULL, 4), 0);
+		else
+			expect_none(side);
+	}
+}
+
+static void expect_polls(unsigned long send, unsigned long receive)
+{
+	cr_assert_eq(f->ring[RIG_SEND].cq.polls, send, "send CQ read %lu times, not %lu",
+		     f->ring[RIG_SEND].cq.polls, send);
+	cr_assert_eq(f->ring[RIG_RECEIVE].cq.polls, receive,
+		     "receive CQ read %lu times, not %lu",
+		     f->ring[RIG_RECEIVE].cq.polls, receive);
+}
+
+Test(replay, T1_F6_an_empty_poll_reads_one_cq)
+{
+	post_one(RIG_SEND, 10);
+	spin_empty(RIG_SEND, 1000, false);
+	expect_polls(1000, 0);
+	spin_empty(RIG_SEND, 1000, true);
+	expect_polls(2000, 0);
+
+	/* A receive at the NIC: a failure may sit on its CQ. */
+	post_one(RIG_RECEIVE, 20);
+	spin_empty(RIG_SEND, 100, false);
+	expect_polls(2100, 100);
+	fake_message(f, 5);
+	spin_empty(RIG_SEND, 100, false);
+	expect_polls(2200, 101);
+	spin_empty(RIG_SEND, 100, true);
+	expect_polls(2300, 101);
+	cr_assert_eq(fake_unpolled(f, RIG_RECEIVE), 0);
+	expect_ok(RIG_RECEIVE, 5);
+
+	/* And the send ring's completion, then an empty receive ring. */
+	fake_complete(f, RIG_SEND, 1, IBV_WC_SUCCESS);
+	expect_ok(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 21);
+	f->ring[RIG_SEND].cq.polls = f->ring[RIG_RECEIVE].cq.polls = 0;
+	spin_empty(RIG_RECEIVE, 1000, false);
+	spin_empty(RIG_RECEIVE, 1000, true);
+	expect_polls(0, 2000);
+	expect_failure(0, -1);
 }
 
 /* ---------------------------------------------------- generated orders */

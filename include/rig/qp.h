@@ -153,7 +153,7 @@ int rig_qp_receive_batch(struct rig_qp *qp, const struct rig_post *posts, int co
  *           entries posted one at a time)
  *
  * Returns how many it took (0..@max), or -EINVAL. Like rig_qp_poll(), it
- * makes no system call.
+ * makes no system call but to tell of a failure it finds.
  */
 int rig_qp_poll_batch(struct rig_qp *qp, enum rig_side side,
 		      struct rig_completion *c, uint64_t *cookies, int max);
@@ -394,8 +394,10 @@ RIG_INLINE int rig__wc_kind_ok(enum rig_side side, const struct ibv_wc *wc)
  * (rig(7) T1, T3)
  *
  * Returns 1 and fills @c when that entry has completed; 0 when it has not or
- * no entry is due; -EINVAL for a bad side or a NULL @c. Makes no system
- * call and sends the NIC no request, on every path.
+ * no entry is due; -EINVAL for a bad side or a NULL @c. Sends the NIC no
+ * request on any path, and makes no system call but when it is the first
+ * to find the queue pair failed: it then tells the queue pair's loop and a
+ * thread waiting on its other ring (an eventfd write each).
  */
 RIG_INLINE int rig_qp_poll(struct rig_qp *qp, enum rig_side side,
 			   struct rig_completion *c)
