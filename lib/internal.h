@@ -80,6 +80,7 @@ struct rig_nic {
 	struct rig_loop *own;		/* rig_nic_loop(): rig_qp_make's */
 	pthread_mutex_t lock;		/* the lists below */
 	struct rig__list loops;
+	unsigned loops_opened;		/* spreads loops over the vectors */
 	struct rig__list qps;
 	struct rig__list regions;	/* registered ones */
 	struct rig__handles handles;
@@ -173,6 +174,10 @@ struct rig_loop {
 	struct rig__list jobs;
 	struct rig__list link;		/* in nic->loops */
 	uint64_t id;		/* never reused: wait.c's polls name the loop */
+	/* The completion vector of its CQs: the NIC's loops take the
+	 * device's vectors in turn, so their interrupts land on as many
+	 * vectors (and CPUs) as the device has, not all on vector 0. */
+	int comp_vector;
 };
 
 struct rig__region {

@@ -33,7 +33,8 @@ static int ring_init(struct rig__qp *qp, struct rig__ring *ring)
 	ring->slot = calloc(RIG__SLOTS, sizeof(*ring->slot));
 	if (!ring->slot)
 		return rig__fail(ENOMEM, "rig_qp_make: no memory for a ring");
-	ring->cq = ibv_create_cq(nic->ctx, RIG_RING_ENTRIES, qp, qp->loop->channel, 0);
+	ring->cq = ibv_create_cq(nic->ctx, RIG_RING_ENTRIES, qp, qp->loop->channel,
+				 qp->loop->comp_vector);
 	if (!ring->cq) {
 		free(ring->slot);
 		return rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_create_cq");

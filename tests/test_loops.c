@@ -32,6 +32,7 @@
  * its queue pairs; and the refusals.
  */
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <liburing.h>
 #include <pthread.h>
@@ -1130,6 +1131,92 @@ Test(loops, C2_closing_the_nics_loop_is_einval)
 	cr_assert_eq(rig_qp_wait(qp, RIG_RECEIVE, 10000000, &c), 1);
 	cr_assert_eq(c.bytes, 64);
 	cr_assert_geq(rig_loop_fd(own), 0);
+	cr_assert_eq(rig_nic_close(nic), 0);
+}
+
+/*
+ * Each CQ's completion vector, as rig asked for it: ibv_create_cq is
+ * interposed (librig calls it through the PLT, as test_destroy's
+ * interposers rely on too).
+ */
+#define MADE_CQ_MAX 64
+static struct { const struct ibv_cq *cq; int vector; } made_cq[MADE_CQ_MAX];
+static int made_cqs;
+static pthread_mutex_t made_cq_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+			     struct ibv_comp_channel *channel, int comp_vector)
+{
+	static struct ibv_cq *(*real)(struct ibv_context *, int, void *,
+				      struct ibv_comp_channel *, int);
+	struct ibv_cq *cq;
+
+	if (!real)
+		real = (struct ibv_cq *(*)(struct ibv_context *, int, void *,
+					   struct ibv_comp_channel *, int))
+			dlsym(RTLD_NEXT, "ibv_create_cq");
+	cq = real(ctx, cqe, cq_context, channel, comp_vector);
+	pthread_mutex_lock(&made_cq_lock);
+	if (cq && made_cqs < MADE_CQ_MAX)
+		made_cq[made_cqs++] = (typeof(made_cq[0])){ cq, comp_vector };
+	pthread_mutex_unlock(&made_cq_lock);
+	return cq;
+}
+
+static int vector_of(const struct ibv_cq *cq)
+{
+	int i, v = -1;
+
+	pthread_mutex_lock(&made_cq_lock);
+	for (i = 0; i < made_cqs; i++)
+		if (made_cq[i].cq == cq)
+			v = made_cq[i].vector;
+	pthread_mutex_unlock(&made_cq_lock);
+	return v;
+}
+
+/*
+ * The NIC's loops take the device's completion vectors in turn, the NIC's
+ * own loop the first, and both CQs of a queue pair the vector of its loop:
+ * on a NIC with many vectors (mlx5 and bnxt_re have one per CPU or so),
+ * each loop's interrupts land on a vector, and a CPU, of their own rather
+ * than all on vector 0. Soft-RoCE has one vector per CPU of the guest.
+ */
+Test(loops, completion_vectors_spread_over_loops)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct rig_loop *loop[8];
+	struct ibv_context *ctx = NULL;
+	struct rig_qp *qp[8];
+	struct rig_nic *nic;
+	int i, n, side;
+
+	for (i = 0; list && list[i] && !ctx; i++)
+		if (!strcmp(ibv_get_device_name(list[i]), t_dev()))
+			ctx = ibv_open_device(list[i]);
+	cr_assert_not_null(ctx, "cannot open %s", t_dev());
+	n = ctx->num_comp_vectors;
+	ibv_close_device(ctx);
+	ibv_free_device_list(list);
+	cr_assert_geq(n, 2, "%s has %d completion vector(s): nothing to spread", t_dev(), n);
+
+	nic = t_nic_open(t_dev());
+	made_cqs = 0;
+	for (i = 0; i < 8; i++) {
+		cr_assert_eq(rig_loop_open(nic, &loop[i]), 0, "rig_loop_open: %s", rig_errmsg());
+		cr_assert_eq(rig_qp_make_in(loop[i], &qp[i]), 0, "rig_qp_make_in: %s",
+			     rig_errmsg());
+		for (side = RIG_SEND; side <= RIG_RECEIVE; side++)
+			cr_expect_eq(vector_of(qp[i]->ring[side].cq), (i + 1) % n,
+				     "loop %d, %s ring: vector %d, not %d", i,
+				     side == RIG_SEND ? "send" : "receive",
+				     vector_of(qp[i]->ring[side].cq), (i + 1) % n);
+	}
+	qp[0] = t_qp(nic);	/* the NIC's own loop */
+	cr_expect_eq(vector_of(qp[0]->ring[RIG_SEND].cq), 0);
+	cr_expect_eq(vector_of(qp[0]->ring[RIG_RECEIVE].cq), 0);
+	for (i = 0; i < 8; i++)
+		cr_assert_eq(rig_loop_close(loop[i]), 0);
 	cr_assert_eq(rig_nic_close(nic), 0);
 }
 
