@@ -11,10 +11,13 @@
  * One fd per loop (an epoll set of its channel, the NIC's async fd, its
  * rdma_cm channel, its timer and an eventfd readable while news waits)
  * carries everything, so the application queues one multishot poll per
- * loop and an event costs the same with one queue pair as with thousands:
- * the CQ context names the queue pair. A ring is armed when it is handed
- * out, before the application polls it dry: arm, then drain, loses no
- * wakeup.
+ * loop (or puts the fd in its epoll set or libuv loop) and an event costs
+ * the same with one queue pair as with thousands: the CQ context names
+ * the queue pair. A ring is armed when it is handed out, before the
+ * application polls it dry: arm, then drain, loses no wakeup.
+ *
+ * Watching (rig_loop_watch, rig_uring_watch) turns the listing on: from
+ * then on every ring of the loop is armed, listed, or being handed out.
  *
  * A loop's slow control calls (making and destroying the queue pairs of
  * its connections) run on a helper thread of its own, started by the
@@ -66,7 +69,7 @@ static void on_ring(struct rig__consumer *c, struct rig__qp *qp, int side)
 {
 	struct rig_loop *loop = container_of(c, struct watcher, hooks)->loop;
 
-	if (loop->watched)
+	if (loop->listing)
 		post_locked(loop, &qp->news[side]);
 }
 
@@ -101,7 +104,7 @@ static void on_add(struct rig__consumer *c, struct rig__qp *qp)
 	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
 		qp->news[side].what = (struct rig_ready){ &qp->pub, side, RIG_NEWS_RING, 0, 0 };
 		rig__list_init(&qp->news[side].link);
-		if (loop->watched)
+		if (loop->listing)
 			arm(qp, side);
 	}
 }
@@ -322,26 +325,21 @@ static int queue_poll(struct io_uring *ring, struct rig_loop *loop,
 	return 0;
 }
 
-RIG_EXPORT __cold int rig_uring_watch(struct io_uring *ring, struct rig_loop *loop,
-				      uint64_t user_data)
+/*
+ * Watches @loop, with the NIC's lock and the loop's held (the NIC's list
+ * of queue pairs, then the loop's flags, in the order of events.c): the
+ * first watch arms the rings of every queue pair the loop has, on_add
+ * those it will have.
+ */
+static void watch_locked(struct rig_loop *loop)
 {
-	struct rig_nic *nic;
+	struct rig_nic *nic = loop->nic;
 	struct rig__list *l;
-	int ret;
 
-	if (!ring || !loop)
-		return rig__fail(EINVAL, "rig_uring_watch: NULL argument");
-	nic = loop->nic;
-	pthread_mutex_lock(&nic->lock);
-	pthread_mutex_lock(&loop->lock);
-	if (loop->watched) {
-		ret = rig__fail(EALREADY, "rig_uring_watch: the loop is watched already");
-		goto out;
-	}
-	ret = queue_poll(ring, loop, user_data);
-	if (ret)
-		goto out;
 	loop->watched = true;
+	if (loop->listing)
+		return;
+	loop->listing = true;
 	for (l = nic->qps.next; l != &nic->qps; l = l->next) {
 		struct rig__qp *qp = container_of(l, struct rig__qp, link);
 
@@ -350,7 +348,42 @@ RIG_EXPORT __cold int rig_uring_watch(struct io_uring *ring, struct rig_loop *lo
 			arm(qp, RIG_RECEIVE);
 		}
 	}
-out:
+}
+
+RIG_EXPORT __cold int rig_loop_watch(struct rig_loop *loop)
+{
+	struct rig_nic *nic;
+	int ret = 0;
+
+	if (!loop)
+		return rig__fail(EINVAL, "rig_loop_watch: loop is NULL");
+	nic = loop->nic;
+	pthread_mutex_lock(&nic->lock);
+	pthread_mutex_lock(&loop->lock);
+	if (loop->watched)
+		ret = rig__fail(EALREADY, "rig_loop_watch: the loop is watched already");
+	else
+		watch_locked(loop);
+	pthread_mutex_unlock(&loop->lock);
+	pthread_mutex_unlock(&nic->lock);
+	return ret;
+}
+
+RIG_EXPORT __cold int rig_uring_watch(struct io_uring *ring, struct rig_loop *loop,
+				      uint64_t user_data)
+{
+	struct rig_nic *nic;
+	int ret;
+
+	if (!ring || !loop)
+		return rig__fail(EINVAL, "rig_uring_watch: NULL argument");
+	nic = loop->nic;
+	pthread_mutex_lock(&nic->lock);
+	pthread_mutex_lock(&loop->lock);
+	if (loop->watched)
+		ret = rig__fail(EALREADY, "rig_uring_watch: the loop is watched already");
+	else if (!(ret = queue_poll(ring, loop, user_data)))
+		watch_locked(loop);
 	pthread_mutex_unlock(&loop->lock);
 	pthread_mutex_unlock(&nic->lock);
 	return ret;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Queue-pair completions in the application's own io_uring, beside a
- * timer: rig_uring_watch / rig_uring_handle (include/rig/loop.h).
+ * timer: rig_uring_watch / rig_uring_handle (include/rig/loop.h); in epoll:
+ * rig_loop_watch / rig_loop_handle.
  */
 #include <criterion/criterion.h>
 #include <liburing.h>
@@ -153,8 +154,8 @@ Test(loop, small_batches_lose_nothing)
 	cr_assert_eq(rig_nic_close(nic), 0);
 }
 
-/* The same without io_uring: rig_loop_fd() in an epoll loop, and
- * rig_loop_handle() for its readiness. */
+/* The same without io_uring: rig_loop_watch(), rig_loop_fd() in an epoll
+ * loop, and rig_loop_handle() for its readiness. */
 Test(loop, nic_fd_in_epoll)
 {
 	enum { NQP = 8 };
@@ -173,9 +174,14 @@ Test(loop, nic_fd_in_epoll)
 		qps[i] = t_qp(nic);
 	for (i = 0; i < NQP; i += 2)
 		t_connect(qps[i], qps[i + 1]);
-	/* Watching arms the rings; the poll it queues is never submitted. */
+	cr_assert_eq(rig_loop_watch(NULL), -EINVAL);
+	cr_assert_eq(rig_loop_watch(rig_nic_loop(nic)), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_watch(rig_nic_loop(nic)), -EALREADY);
+	/* Watched is watched, whichever way: no poll is queued. */
 	cr_assert_eq(io_uring_queue_init(4, &ring, 0), 0);
-	cr_assert_eq(rig_uring_watch(&ring, rig_nic_loop(nic), TAG_RIG), 0);
+	cr_assert_eq(rig_uring_watch(&ring, rig_nic_loop(nic), TAG_RIG), -EALREADY);
+	cr_assert_eq(io_uring_sq_ready(&ring), 0);
+	io_uring_queue_exit(&ring);
 	ep = epoll_create1(0);
 	cr_assert_eq(epoll_ctl(ep, EPOLL_CTL_ADD, rig_loop_fd(rig_nic_loop(nic)), &ev), 0);
 	cr_assert_eq(rig_loop_handle(rig_nic_loop(nic), ready, 0), -EINVAL);
@@ -198,6 +204,5 @@ Test(loop, nic_fd_in_epoll)
 	}
 	cr_assert_eq(taken, 2 * NQP);
 	close(ep);
-	io_uring_queue_exit(&ring);
 	cr_assert_eq(rig_nic_close(nic), 0);
 }
