@@ -153,8 +153,8 @@ struct rig_loop {
 	struct rig__consumer *watcher;	/* loop.c's, from rig_loop_open */
 	const struct rig__cm_consumer *cm_consumer;	/* conn.c's */
 	/* loop.c, under the lock: someone watches the loop now
-	 * (rig_loop_watch or rig_uring_watch); its rings are armed and
-	 * their news listed, from the first watch on. */
+	 * (rig_loop_watch, or rig_uring_watch until its poll ends); its
+	 * rings are armed and their news listed, from the first watch on. */
 	bool watched;
 	bool listing;
 	struct rig__list news;

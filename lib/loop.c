@@ -18,6 +18,9 @@
  *
  * Watching (rig_loop_watch, rig_uring_watch) turns the listing on: from
  * then on every ring of the loop is armed, listed, or being handed out.
+ * It stays on when an io_uring watch ends (its poll cancelled or failed):
+ * news listed meanwhile waits for the next watch, which has nothing to
+ * arm, and no ring is left unarmed with completions nobody will hear of.
  *
  * A loop's slow control calls (making and destroying the queue pairs of
  * its connections) run on a helper thread of its own, started by the
@@ -389,6 +392,19 @@ RIG_EXPORT __cold int rig_uring_watch(struct io_uring *ring, struct rig_loop *lo
 	return ret;
 }
 
+/* The io_uring watch of @loop ended with the poll's error @res. */
+static int watch_ended(struct rig_loop *loop, int res)
+{
+	pthread_mutex_lock(&loop->lock);
+	loop->watched = false;
+	pthread_mutex_unlock(&loop->lock);
+	if (res == -ECANCELED)
+		return rig__fail(ECANCELED, "rig_uring_handle: the application cancelled the loop's poll; "
+				 "the loop is no longer watched");
+	return rig__fail(-res, "rig_uring_handle: the loop's poll ended: %s; "
+			 "the loop is no longer watched", strerror(-res));
+}
+
 RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, int max)
 {
 	struct rig__news *n;
@@ -440,8 +456,12 @@ RIG_EXPORT int rig_uring_handle(struct io_uring *ring, struct rig_loop *loop,
 
 	if (!ring || !loop)
 		return rig__fail(EINVAL, "rig_uring_handle: NULL argument");
-	/* A multishot poll that ended (no F_MORE) is queued again. */
+	/* A multishot poll that ended (no F_MORE) is queued again, unless it
+	 * ended in an error: the application cancelled it, or it cannot go
+	 * on. Queued again, it would end the same way, over and over. */
 	if (cqe && !(cqe->flags & IORING_CQE_F_MORE)) {
+		if (cqe->res < 0)
+			return watch_ended(loop, cqe->res);
 		if (!io_uring_sq_space_left(ring))
 			io_uring_submit(ring);
 		ret = queue_poll(ring, loop, cqe->user_data);

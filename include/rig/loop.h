@@ -170,7 +170,8 @@ int rig_loop_watch(struct rig_loop *loop);
  * rig_loop_watch(), plus one multishot poll on rig_loop_fd() tagged
  * @user_data, queued in @ring (not submitted). Returns 0, -EBUSY when
  * @ring has no free SQE (the loop is then not watched), or -EALREADY if
- * @loop is watched already.
+ * @loop is watched already. The watch lasts until the poll ends in an
+ * error (rig_uring_handle()); then the loop may be watched again.
  */
 int rig_uring_watch(struct io_uring *ring, struct rig_loop *loop,
 		    uint64_t user_data);
@@ -179,7 +180,10 @@ int rig_uring_watch(struct io_uring *ring, struct rig_loop *loop,
  * rig_uring_handle - handle a CQE tagged with @loop's user_data
  *
  * Re-queues the multishot poll if @cqe says it ended, then does what
- * rig_loop_handle() does. Returns the count filled, or -errno.
+ * rig_loop_handle() does. A @cqe whose res is negative ends the watch:
+ * nothing is queued, and its res is returned (-ECANCELED when the
+ * application cancelled the poll); news waits for the next watch.
+ * Returns the count filled, or -errno.
  */
 int rig_uring_handle(struct io_uring *ring, struct rig_loop *loop,
 		     const struct io_uring_cqe *cqe, struct rig_ready *ready,
