@@ -347,3 +347,37 @@ Test(loop, cancelled_poll_ends_the_watch)
 	io_uring_queue_exit(&ring);
 	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
 }
+
+/*
+ * A watch refused for want of an SQE leaves the loop unwatched; a CQE of
+ * the poll with any error ends the watch, queueing nothing, and says so.
+ */
+Test(loop, refused_and_failed_watches_leave_the_loop_unwatched)
+{
+	struct rig_nic *nic = t_nic_open(t_dev());
+	struct rig_loop *loop = rig_nic_loop(nic);
+	struct io_uring_cqe failed = { .user_data = TAG_RIG, .res = -EBADF };
+	struct io_uring_sqe *sqe;
+	struct rig_ready ready[4];
+	struct io_uring ring;
+
+	cr_assert_eq(io_uring_queue_init(1, &ring, 0), 0);
+	sqe = io_uring_get_sqe(&ring);
+	cr_assert_not_null(sqe);
+	io_uring_prep_nop(sqe);
+	cr_assert_eq(rig_uring_watch(&ring, loop, TAG_RIG), -EBUSY);
+	cr_assert_eq(io_uring_sq_ready(&ring), 1, "only the nop is queued");
+	cr_assert_eq(io_uring_submit(&ring), 1);
+
+	cr_assert_eq(rig_uring_watch(&ring, loop, TAG_RIG), 0,
+		     "a refused watch left the loop watched: %s", rig_errmsg());
+	cr_assert_eq(io_uring_sq_ready(&ring), 1, "the poll is queued");
+	cr_assert_eq(rig_uring_handle(&ring, loop, &failed, ready, 4), -EBADF);
+	cr_assert(strstr(rig_errmsg(), "ended"), "%s", rig_errmsg());
+	cr_assert_eq(io_uring_sq_ready(&ring), 1, "rig_uring_handle queued the poll again");
+	cr_assert_eq(rig_loop_watch(loop), 0, "a failed poll left the loop watched: %s",
+		     rig_errmsg());
+	cr_assert_eq(rig_loop_watch(loop), -EALREADY);
+	io_uring_queue_exit(&ring);
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
+}
