@@ -157,8 +157,11 @@ struct rig_loop {
 	int64_t cm_ticked;		/* the last deadline pass, under cm_lock */
 	struct rig__consumer *watcher;	/* loop.c's, from rig_loop_open */
 	const struct rig__cm_consumer *cm_consumer;	/* conn.c's */
-	/* loop.c, under the lock */
+	/* loop.c, under the lock: someone watches the loop now
+	 * (rig_loop_watch, or rig_uring_watch until its poll ends); its
+	 * rings are armed and their news listed, from the first watch on. */
 	bool watched;
+	bool listing;
 	struct rig__list news;
 	/* conn.c, under cm_lock: its listeners, the handshakes it drives,
 	 * the events a wait read and kept for it; cm_owed (atomic) is set

@@ -11,10 +11,16 @@
  * One fd per loop (an epoll set of its channel, the NIC's async fd, its
  * rdma_cm channel, its timer and an eventfd readable while news waits)
  * carries everything, so the application queues one multishot poll per
- * loop and an event costs the same with one queue pair as with thousands:
- * the CQ context names the queue pair. A ring is armed when it is handed
- * out, before the application polls it dry: arm, then drain, loses no
- * wakeup.
+ * loop (or puts the fd in its epoll set or libuv loop) and an event costs
+ * the same with one queue pair as with thousands: the CQ context names
+ * the queue pair. A ring is armed when it is handed out, before the
+ * application polls it dry: arm, then drain, loses no wakeup.
+ *
+ * Watching (rig_loop_watch, rig_uring_watch) turns the listing on: from
+ * then on every ring of the loop is armed, listed, or being handed out.
+ * It stays on when an io_uring watch ends (its poll cancelled or failed):
+ * news listed meanwhile waits for the next watch, which has nothing to
+ * arm, and no ring is left unarmed with completions nobody will hear of.
  *
  * A loop's slow control calls (making and destroying the queue pairs of
  * its connections) run on a helper thread of its own, started by the
@@ -66,7 +72,7 @@ static void on_ring(struct rig__consumer *c, struct rig__qp *qp, int side)
 {
 	struct rig_loop *loop = container_of(c, struct watcher, hooks)->loop;
 
-	if (loop->watched)
+	if (loop->listing)
 		post_locked(loop, &qp->news[side]);
 }
 
@@ -102,7 +108,7 @@ static void on_add(struct rig__consumer *c, struct rig__qp *qp)
 	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
 		qp->news[side].what = (struct rig_ready){ &qp->pub, side, RIG_NEWS_RING, 0, 0 };
 		rig__list_init(&qp->news[side].link);
-		if (loop->watched)
+		if (loop->listing)
 			arm(qp, side);
 	}
 }
@@ -332,26 +338,21 @@ static int queue_poll(struct io_uring *ring, struct rig_loop *loop,
 	return 0;
 }
 
-RIG_EXPORT __cold int rig_uring_watch(struct io_uring *ring, struct rig_loop *loop,
-				      uint64_t user_data)
+/*
+ * Watches @loop, with the NIC's lock and the loop's held (the NIC's list
+ * of queue pairs, then the loop's flags, in the order of events.c): the
+ * first watch arms the rings of every queue pair the loop has, on_add
+ * those it will have.
+ */
+static void watch_locked(struct rig_loop *loop)
 {
-	struct rig_nic *nic;
+	struct rig_nic *nic = loop->nic;
 	struct rig__list *l;
-	int ret;
 
-	if (!ring || !loop)
-		return rig__fail(EINVAL, "rig_uring_watch: NULL argument");
-	nic = loop->nic;
-	pthread_mutex_lock(&nic->lock);
-	pthread_mutex_lock(&loop->lock);
-	if (loop->watched) {
-		ret = rig__fail(EALREADY, "rig_uring_watch: the loop is watched already");
-		goto out;
-	}
-	ret = queue_poll(ring, loop, user_data);
-	if (ret)
-		goto out;
 	loop->watched = true;
+	if (loop->listing)
+		return;
+	loop->listing = true;
 	for (l = nic->qps.next; l != &nic->qps; l = l->next) {
 		struct rig__qp *qp = container_of(l, struct rig__qp, link);
 
@@ -360,10 +361,58 @@ RIG_EXPORT __cold int rig_uring_watch(struct io_uring *ring, struct rig_loop *lo
 			arm(qp, RIG_RECEIVE);
 		}
 	}
-out:
+}
+
+RIG_EXPORT __cold int rig_loop_watch(struct rig_loop *loop)
+{
+	struct rig_nic *nic;
+	int ret = 0;
+
+	if (!loop)
+		return rig__fail(EINVAL, "rig_loop_watch: loop is NULL");
+	nic = loop->nic;
+	pthread_mutex_lock(&nic->lock);
+	pthread_mutex_lock(&loop->lock);
+	if (loop->watched)
+		ret = rig__fail(EALREADY, "rig_loop_watch: the loop is watched already");
+	else
+		watch_locked(loop);
 	pthread_mutex_unlock(&loop->lock);
 	pthread_mutex_unlock(&nic->lock);
 	return ret;
+}
+
+RIG_EXPORT __cold int rig_uring_watch(struct io_uring *ring, struct rig_loop *loop,
+				      uint64_t user_data)
+{
+	struct rig_nic *nic;
+	int ret;
+
+	if (!ring || !loop)
+		return rig__fail(EINVAL, "rig_uring_watch: NULL argument");
+	nic = loop->nic;
+	pthread_mutex_lock(&nic->lock);
+	pthread_mutex_lock(&loop->lock);
+	if (loop->watched)
+		ret = rig__fail(EALREADY, "rig_uring_watch: the loop is watched already");
+	else if (!(ret = queue_poll(ring, loop, user_data)))
+		watch_locked(loop);
+	pthread_mutex_unlock(&loop->lock);
+	pthread_mutex_unlock(&nic->lock);
+	return ret;
+}
+
+/* The io_uring watch of @loop ended with the poll's error @res. */
+static int watch_ended(struct rig_loop *loop, int res)
+{
+	pthread_mutex_lock(&loop->lock);
+	loop->watched = false;
+	pthread_mutex_unlock(&loop->lock);
+	if (res == -ECANCELED)
+		return rig__fail(ECANCELED, "rig_uring_handle: the application cancelled the loop's poll; "
+				 "the loop is no longer watched");
+	return rig__fail(-res, "rig_uring_handle: the loop's poll ended: %s; "
+			 "the loop is no longer watched", strerror(-res));
 }
 
 RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, int max)
@@ -418,8 +467,12 @@ RIG_EXPORT int rig_uring_handle(struct io_uring *ring, struct rig_loop *loop,
 
 	if (!ring || !loop)
 		return rig__fail(EINVAL, "rig_uring_handle: NULL argument");
-	/* A multishot poll that ended (no F_MORE) is queued again. */
+	/* A multishot poll that ended (no F_MORE) is queued again, unless it
+	 * ended in an error: the application cancelled it, or it cannot go
+	 * on. Queued again, it would end the same way, over and over. */
 	if (cqe && !(cqe->flags & IORING_CQE_F_MORE)) {
+		if (cqe->res < 0)
+			return watch_ended(loop, cqe->res);
 		if (!io_uring_sq_space_left(ring))
 			io_uring_submit(ring);
 		ret = queue_poll(ring, loop, cqe->user_data);

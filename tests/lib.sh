@@ -3,7 +3,7 @@
 # needs from Debian's packages, then builds a tree.
 
 BUILD_PACKAGES=(autoconf automake libtool pkg-config make gcc g++
-	libibverbs-dev librdmacm-dev liburing-dev libcriterion-dev
+	libibverbs-dev librdmacm-dev liburing-dev libcriterion-dev libuv1-dev
 	pandoc abigail-tools)
 
 # Installs the Debian packages of "$@" that are missing.

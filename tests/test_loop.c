@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Queue-pair completions in the application's own io_uring, beside a
- * timer: rig_uring_watch / rig_uring_handle (include/rig/loop.h).
+ * timer: rig_uring_watch / rig_uring_handle (include/rig/loop.h); in epoll:
+ * rig_loop_watch / rig_loop_handle.
  */
 #include <criterion/criterion.h>
 #include <liburing.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 
 #define TAG_RIG 0x5249470000000000ull
 #define TAG_TIMER 7
+#define TAG_CANCEL 8
 
 static struct __kernel_timespec tick = { 0, 20 * 1000000 };
 
@@ -153,8 +156,8 @@ Test(loop, small_batches_lose_nothing)
 	cr_assert_eq(rig_nic_close(nic), 0);
 }
 
-/* The same without io_uring: rig_loop_fd() in an epoll loop, and
- * rig_loop_handle() for its readiness. */
+/* The same without io_uring: rig_loop_watch(), rig_loop_fd() in an epoll
+ * loop, and rig_loop_handle() for its readiness. */
 Test(loop, nic_fd_in_epoll)
 {
 	enum { NQP = 8 };
@@ -173,9 +176,14 @@ Test(loop, nic_fd_in_epoll)
 		qps[i] = t_qp(nic);
 	for (i = 0; i < NQP; i += 2)
 		t_connect(qps[i], qps[i + 1]);
-	/* Watching arms the rings; the poll it queues is never submitted. */
+	cr_assert_eq(rig_loop_watch(NULL), -EINVAL);
+	cr_assert_eq(rig_loop_watch(rig_nic_loop(nic)), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_watch(rig_nic_loop(nic)), -EALREADY);
+	/* Watched is watched, whichever way: no poll is queued. */
 	cr_assert_eq(io_uring_queue_init(4, &ring, 0), 0);
-	cr_assert_eq(rig_uring_watch(&ring, rig_nic_loop(nic), TAG_RIG), 0);
+	cr_assert_eq(rig_uring_watch(&ring, rig_nic_loop(nic), TAG_RIG), -EALREADY);
+	cr_assert_eq(io_uring_sq_ready(&ring), 0);
+	io_uring_queue_exit(&ring);
 	ep = epoll_create1(0);
 	cr_assert_eq(epoll_ctl(ep, EPOLL_CTL_ADD, rig_loop_fd(rig_nic_loop(nic)), &ev), 0);
 	cr_assert_eq(rig_loop_handle(rig_nic_loop(nic), ready, 0), -EINVAL);
@@ -198,6 +206,178 @@ Test(loop, nic_fd_in_epoll)
 	}
 	cr_assert_eq(taken, 2 * NQP);
 	close(ep);
-	io_uring_queue_exit(&ring);
 	cr_assert_eq(rig_nic_close(nic), 0);
+}
+
+/* Polls what @n pieces of news list dry; returns the completions. */
+static int drain_news(const struct rig_ready *ready, int n)
+{
+	struct rig_completion c;
+	int k, taken = 0;
+
+	for (k = 0; k < n; k++) {
+		cr_assert_eq(ready[k].news, RIG_NEWS_RING);
+		while (rig_qp_poll(ready[k].qp, ready[k].side, &c) == 1) {
+			cr_assert_eq(c.error, 0, "%s", c.why);
+			taken++;
+		}
+	}
+	return taken;
+}
+
+/* One message from @a to @b; then the io_uring loop runs until both its
+ * completions are taken, at most 10 s. */
+static void one_message_uring(struct io_uring *ring, struct rig_loop *loop,
+			      struct rig_qp *a, struct rig_qp *b,
+			      const struct t_buf *buf)
+{
+	struct __kernel_timespec ts = { 0, 100 * 1000000 };
+	struct rig_ready ready[4];
+	struct io_uring_cqe *cqe;
+	double end = t_now_ms() + 10000;
+	int n, taken = 0;
+
+	cr_assert_eq(rig_qp_receive(b, buf->r, 0, 64), 0);
+	cr_assert_eq(rig_qp_send(a, buf->r, 64, 16), 0);
+	while (taken < 2) {
+		cr_assert_lt(t_now_ms(), end, "%d of 2 completions", taken);
+		if (io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, NULL) < 0)
+			continue;
+		cr_assert_eq(cqe->user_data, TAG_RIG);
+		n = rig_uring_handle(ring, loop, cqe, ready, 4);
+		cr_assert_geq(n, 0, "rig_uring_handle: %d %s", n, rig_errmsg());
+		taken += drain_news(ready, n);
+		io_uring_cqe_seen(ring, cqe);
+	}
+}
+
+/*
+ * Cancels the loop's poll (io_uring_prep_poll_remove, or
+ * io_uring_prep_cancel64 if @by_cancel) and hands its last CQE to
+ * rig_uring_handle: -ECANCELED, and nothing queued again.
+ */
+static void cancel_watch(struct io_uring *ring, struct rig_loop *loop,
+			 bool by_cancel)
+{
+	struct __kernel_timespec ts = { 1, 0 };
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	struct io_uring_cqe *cqe;
+	struct rig_ready ready[4];
+	bool cancelled = false, ended = false;
+	int ret;
+
+	cr_assert_not_null(sqe);
+	if (by_cancel)
+		io_uring_prep_cancel64(sqe, TAG_RIG, 0);
+	else
+		io_uring_prep_poll_remove(sqe, TAG_RIG);
+	io_uring_sqe_set_data64(sqe, TAG_CANCEL);
+	cr_assert_eq(io_uring_submit(ring), 1);
+	while (!cancelled || !ended) {
+		ret = io_uring_wait_cqe_timeout(ring, &cqe, &ts);
+		cr_assert_eq(ret, 0, "cancelling the poll: %s", strerror(-ret));
+		if (cqe->user_data == TAG_CANCEL) {
+			cr_assert_eq(cqe->res, 0, "the cancel: %s", strerror(-cqe->res));
+			cancelled = true;
+		} else if (!(cqe->flags & IORING_CQE_F_MORE)) {
+			/* The poll's last CQE. */
+			cr_assert_eq(cqe->user_data, TAG_RIG);
+			cr_assert_eq(cqe->res, -ECANCELED);
+			cr_assert_eq(io_uring_sq_ready(ring), 0);
+			ret = rig_uring_handle(ring, loop, cqe, ready, 4);
+			cr_assert_eq(ret, -ECANCELED, "rig_uring_handle: %d", ret);
+			cr_assert(strstr(rig_errmsg(), "cancelled"), "%s", rig_errmsg());
+			cr_assert_eq(io_uring_sq_ready(ring), 0,
+				     "rig_uring_handle queued the poll again");
+			ended = true;
+		}
+		/* else a wakeup of the poll before it was cancelled */
+		io_uring_cqe_seen(ring, cqe);
+	}
+	/* Nothing was submitted since, so nothing more comes. */
+	ts = (struct __kernel_timespec){ 0, 100 * 1000000 };
+	cr_assert_eq(io_uring_wait_cqe_timeout(ring, &cqe, &ts), -ETIME);
+}
+
+/*
+ * An application stops watching a loop by cancelling its poll: the CQE
+ * that ends it is an error, rig_uring_handle returns it and queues
+ * nothing, and the loop may be watched again, in io_uring or epoll, and
+ * hands out a ring's news after a send.
+ */
+Test(loop, cancelled_poll_ends_the_watch)
+{
+	struct rig_nic *nic = t_nic_open(t_dev());
+	struct rig_loop *loop = rig_nic_loop(nic);
+	struct rig_qp *a = t_qp(nic), *b = t_qp(nic);
+	struct pollfd pfd = { .fd = rig_loop_fd(loop), .events = POLLIN };
+	struct rig_ready ready[4];
+	struct io_uring ring;
+	struct t_buf buf;
+	int n, taken = 0;
+	double end;
+
+	t_buf(&buf, nic, 128, 1);
+	t_connect(a, b);
+	cr_assert_eq(io_uring_queue_init(8, &ring, 0), 0);
+	cr_assert_eq(rig_uring_watch(&ring, loop, TAG_RIG), 0, "%s", rig_errmsg());
+	cr_assert_eq(io_uring_submit(&ring), 1);
+	one_message_uring(&ring, loop, a, b, &buf);
+
+	cancel_watch(&ring, loop, false);
+	cr_assert_eq(rig_uring_watch(&ring, loop, TAG_RIG), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_uring_watch(&ring, loop, TAG_RIG), -EALREADY);
+	cr_assert_eq(io_uring_submit(&ring), 1);
+	one_message_uring(&ring, loop, a, b, &buf);
+
+	/* And once more, the other way of cancelling; then epoll's way. */
+	cancel_watch(&ring, loop, true);
+	cr_assert_eq(rig_loop_watch(loop), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_watch(loop), -EALREADY);
+	cr_assert_eq(rig_qp_receive(b, buf.r, 0, 64), 0);
+	cr_assert_eq(rig_qp_send(a, buf.r, 64, 16), 0);
+	for (end = t_now_ms() + 10000; taken < 2;) {
+		cr_assert_lt(t_now_ms(), end, "%d of 2 completions", taken);
+		if (poll(&pfd, 1, 100) != 1)
+			continue;
+		n = rig_loop_handle(loop, ready, 4);
+		cr_assert_geq(n, 0, "rig_loop_handle: %d %s", n, rig_errmsg());
+		taken += drain_news(ready, n);
+	}
+	io_uring_queue_exit(&ring);
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
+}
+
+/*
+ * A watch refused for want of an SQE leaves the loop unwatched; a CQE of
+ * the poll with any error ends the watch, queueing nothing, and says so.
+ */
+Test(loop, refused_and_failed_watches_leave_the_loop_unwatched)
+{
+	struct rig_nic *nic = t_nic_open(t_dev());
+	struct rig_loop *loop = rig_nic_loop(nic);
+	struct io_uring_cqe failed = { .user_data = TAG_RIG, .res = -EBADF };
+	struct io_uring_sqe *sqe;
+	struct rig_ready ready[4];
+	struct io_uring ring;
+
+	cr_assert_eq(io_uring_queue_init(1, &ring, 0), 0);
+	sqe = io_uring_get_sqe(&ring);
+	cr_assert_not_null(sqe);
+	io_uring_prep_nop(sqe);
+	cr_assert_eq(rig_uring_watch(&ring, loop, TAG_RIG), -EBUSY);
+	cr_assert_eq(io_uring_sq_ready(&ring), 1, "only the nop is queued");
+	cr_assert_eq(io_uring_submit(&ring), 1);
+
+	cr_assert_eq(rig_uring_watch(&ring, loop, TAG_RIG), 0,
+		     "a refused watch left the loop watched: %s", rig_errmsg());
+	cr_assert_eq(io_uring_sq_ready(&ring), 1, "the poll is queued");
+	cr_assert_eq(rig_uring_handle(&ring, loop, &failed, ready, 4), -EBADF);
+	cr_assert(strstr(rig_errmsg(), "ended"), "%s", rig_errmsg());
+	cr_assert_eq(io_uring_sq_ready(&ring), 1, "rig_uring_handle queued the poll again");
+	cr_assert_eq(rig_loop_watch(loop), 0, "a failed poll left the loop watched: %s",
+		     rig_errmsg());
+	cr_assert_eq(rig_loop_watch(loop), -EALREADY);
+	io_uring_queue_exit(&ring);
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
 }

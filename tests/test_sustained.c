@@ -21,8 +21,12 @@
  * not a verdict yet (the CQE may have landed a microsecond ago, its event
  * on the way); the ring fails only if it is still unlisted 1 s after.
  *
- * The epoll loop has another thread beside it that reads the NIC's
- * channel and async fd, and lists the loop's rings (see struct churn).
+ * Three loops, each in the way loop.h documents it: io_uring
+ * (rig_uring_watch, a multishot poll, rig_uring_handle); epoll and libuv
+ * (rig_loop_watch, rig_loop_fd in the application's epoll set or uv_poll_t,
+ * rig_loop_handle), with nothing of io_uring. The epoll and libuv loops
+ * have another thread beside them that reads the NIC's channel and async
+ * fd, and lists the loop's rings (see struct churn).
  *
  * The random choices (batch sizes, single or batch posts, message lengths)
  * come from a seed that the log shows; $RIG_TEST_SEED replays it: the
@@ -42,6 +46,7 @@
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include "t_device.h"
 
@@ -52,7 +57,7 @@
 #define HDR 16			/* struct msg_hdr */
 #define BATCH 16		/* entries of a post or a poll, at most */
 #define READY_MAX 16		/* io_uring loop: rings per rig_uring_handle call */
-#define EPOLL_BATCH 4		/* epoll loop: rings per rig_loop_handle call */
+#define EPOLL_BATCH 4		/* epoll, libuv loops: rings per rig_loop_handle */
 #define DRAIN_CALLS (2 * NQP / READY_MAX + 1)	/* see drain_listed() */
 #define DRAIN_TURNS (2 * (NQP + 2) / EPOLL_BATCH + 1)	/* and the churn pair */
 #define MESSAGES 100000		/* sends in all, unless $RIG_TEST_MESSAGES */
@@ -112,7 +117,7 @@ struct peer {
 	bool touched;		/* its rings moved: post more */
 };
 
-enum loop_kind { LOOP_URING, LOOP_EPOLL };
+enum loop_kind { LOOP_URING, LOOP_EPOLL, LOOP_UV };
 
 struct churn;
 
@@ -124,7 +129,14 @@ struct run {
 	struct peer qp[NQP];	/* qp[i] is connected to qp[i ^ 1] */
 	struct io_uring ring;
 	int ep;
-	struct churn *churn;	/* the epoll loop's other thread, or NULL */
+	/* The libuv loop: a uv_poll_t on each NIC's rig_loop_fd, a timer
+	 * that bounds a turn, and the poll callbacks of the turn. */
+	uv_loop_t uv;
+	uv_poll_t uv_poll[2];
+	uv_timer_t uv_timer;
+	bool uv_open;
+	int uv_fired;
+	struct churn *churn;	/* the epoll or libuv loop's other thread */
 	uint64_t messages;	/* sends to post in all */
 	uint64_t expected;	/* completions: a send's and a receive's each */
 	uint64_t posted, taken;
@@ -269,19 +281,50 @@ static void setup(struct run *t, enum loop_kind kind)
 			    t_dev() ? t_dev() : "the first device");
 }
 
-/* The io_uring loop: one multishot poll per NIC. The epoll loop watches
- * too, for rig_uring_watch arms every ring, but never submits the poll. */
+static void on_uv_poll(uv_poll_t *h, int status, int events);
+
+static void on_uv_timer(uv_timer_t *h)
+{
+	(void)h;
+}
+
+/* The libuv loop: rig_loop_fd of each NIC's loop in a uv_poll_t. */
+static void watch_uv(struct run *t)
+{
+	int k, fd;
+
+	cr_assert_eq(uv_loop_init(&t->uv), 0);
+	t->uv_open = true;
+	cr_assert_eq(uv_timer_init(&t->uv, &t->uv_timer), 0);
+	for (k = 0; k < t->nnics; k++) {
+		fd = rig_loop_fd(rig_nic_loop(t->nics[k]));
+		cr_assert_geq(fd, 0);
+		cr_assert_eq(uv_poll_init(&t->uv, &t->uv_poll[k], fd), 0);
+		t->uv_poll[k].data = t;
+		cr_assert_eq(uv_poll_start(&t->uv_poll[k], UV_READABLE, on_uv_poll), 0);
+	}
+}
+
+/* Each loop its documented way: the io_uring loop, one multishot poll per
+ * NIC; the epoll and libuv loops, rig_loop_watch and rig_loop_fd. */
 static void watch(struct run *t)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
 	int k;
 
-	cr_assert_eq(io_uring_queue_init(16, &t->ring, 0), 0);
-	for (k = 0; k < t->nnics; k++)
-		cr_assert_eq(rig_uring_watch(&t->ring, rig_nic_loop(t->nics[k]), TAG_NIC + k), 0,
-			     "rig_uring_watch: %s", rig_errmsg());
 	if (t->kind == LOOP_URING) {
+		cr_assert_eq(io_uring_queue_init(16, &t->ring, 0), 0);
+		for (k = 0; k < t->nnics; k++)
+			cr_assert_eq(rig_uring_watch(&t->ring, rig_nic_loop(t->nics[k]), TAG_NIC + k), 0,
+				     "rig_uring_watch: %s", rig_errmsg());
 		cr_assert_eq(io_uring_submit(&t->ring), t->nnics);
+		return;
+	}
+	for (k = 0; k < t->nnics; k++)
+		cr_assert_eq(rig_loop_watch(rig_nic_loop(t->nics[k])), 0,
+			     "rig_loop_watch: %s", rig_errmsg());
+	if (t->kind == LOOP_UV) {
+		watch_uv(t);
 		return;
 	}
 	t->ep = epoll_create1(EPOLL_CLOEXEC);
@@ -301,7 +344,16 @@ static void teardown(struct run *t)
 			     rig_errmsg());
 	if (t->ep >= 0)
 		close(t->ep);
-	io_uring_queue_exit(&t->ring);
+	if (t->kind == LOOP_URING)
+		io_uring_queue_exit(&t->ring);
+	if (t->uv_open) {
+		/* Before the NICs close: the polls name their loops' fds. */
+		for (k = 0; k < t->nnics; k++)
+			uv_close((uv_handle_t *)&t->uv_poll[k], NULL);
+		uv_close((uv_handle_t *)&t->uv_timer, NULL);
+		cr_assert_eq(uv_run(&t->uv, UV_RUN_DEFAULT), 0);
+		cr_assert_eq(uv_loop_close(&t->uv), 0);
+	}
 	for (k = 0; k < t->nnics; k++)
 		cr_assert_eq(rig_nic_close(t->nics[k]), 0, "rig_nic_close: %s",
 			     rig_errmsg());
@@ -544,7 +596,7 @@ static int own_index(const struct run *t, const struct rig_qp *qp)
 }
 
 /*
- * Takes what a handle call listed. In the epoll loop the churn thread's
+ * Takes what a handle call listed. In the epoll and libuv loops the churn thread's
  * queue pairs are listed too: they are that thread's own (C3) and may be
  * freed by now, so they are told apart by comparing pointers with the
  * loop's own, which live all along (no freed one can alias them), and
@@ -581,7 +633,7 @@ static void on_ready(struct run *t, const struct rig_ready *ready, int n, int ma
 	}
 }
 
-/* ---- the two loops ---------------------------------------------------- */
+/* ---- the three loops -------------------------------------------------- */
 
 static void stall_check(struct run *t, bool all);
 
@@ -660,12 +712,57 @@ static int turn_epoll(struct run *t, int ms)
 	return n > 0 ? n : 0;
 }
 
+/* The libuv loop's callback for NIC k's rig_loop_fd: as an epoll turn's,
+ * one call of EPOLL_BATCH rings. */
+static void on_uv_poll(uv_poll_t *h, int status, int events)
+{
+	struct run *t = h->data;
+	struct rig_ready ready[EPOLL_BATCH];
+	int k = (int)(h - t->uv_poll), got;
+
+	CHECK(status == 0, "uv_poll: %s", uv_strerror(status));
+	CHECK(events & UV_READABLE, "uv_poll: events %#x", events);
+	t->uv_fired++;
+	got = rig_loop_handle(rig_nic_loop(t->nics[k]), ready, EPOLL_BATCH);
+	CHECK(got >= 0, "rig_loop_handle: %d %s", got, rig_errmsg());
+	on_ready(t, ready, got, EPOLL_BATCH);
+}
+
+/*
+ * One turn of the libuv loop: uv_run until a NIC's fd is readable or @ms
+ * pass (a one-shot timer bounds it), once through the readable ones.
+ * Returns how many poll callbacks ran.
+ */
+static int turn_uv(struct run *t, int ms)
+{
+	t->uv_fired = 0;
+	if (!ms) {
+		uv_run(&t->uv, UV_RUN_NOWAIT);
+		return t->uv_fired;
+	}
+	/* From now: the loop's clock stands still between runs, and a timer
+	 * already due would fire before the poll, which would then block
+	 * with no timer left. */
+	uv_update_time(&t->uv);
+	CHECK(uv_timer_start(&t->uv_timer, on_uv_timer, (uint64_t)ms, 0) == 0,
+	      "uv_timer_start");
+	uv_run(&t->uv, UV_RUN_ONCE);
+	uv_timer_stop(&t->uv_timer);
+	return t->uv_fired;
+}
+
+/* A turn of the epoll or libuv loop. */
+static int turn_fd(struct run *t, int ms)
+{
+	return t->kind == LOOP_UV ? turn_uv(t, ms) : turn_epoll(t, ms);
+}
+
 /*
  * Before a probe: hands out all that the NICs listed, the loop's own way,
  * as far as was listed when it began. The list is handed out oldest
  * first and holds at most both rings of every queue pair (plus the churn
  * thread's), so a bounded number of calls does: io_uring, calls with cqe
- * NULL while they fill all READY_MAX; epoll, turns while the fds say
+ * NULL while they fill all READY_MAX; epoll and libuv, turns while the fds say
  * readable.
  */
 static void drain_listed(struct run *t)
@@ -679,7 +776,7 @@ static void drain_listed(struct run *t)
 				;
 		return;
 	}
-	for (calls = 0; calls < DRAIN_TURNS && turn_epoll(t, 0); calls++)
+	for (calls = 0; calls < DRAIN_TURNS && turn_fd(t, 0); calls++)
 		;
 }
 
@@ -775,7 +872,7 @@ static void stall_check(struct run *t, bool all)
 /* ---- the churn thread ------------------------------------------------- */
 
 /*
- * Beside the epoll loop, another thread makes queue pairs, connects them
+ * Beside the epoll or libuv loop, another thread makes queue pairs, connects them
  * in loopback, sends a message or two, destroys them and applies the
  * NIC's async events, over and over. They are its own (C3); it reaches
  * the loop's only through NIC-level calls, yet those read the completion
@@ -1047,7 +1144,8 @@ static bool finished(const struct run *t, double now)
 {
 	if (hits_pending(t))
 		return false;
-	/* The epoll loop ends with the churn thread asleep in rig_qp_wait. */
+	/* The epoll and libuv loops end with the churn thread asleep in
+	 * rig_qp_wait. */
 	if (t->churn && !__atomic_load_n(&t->churn->stealing, __ATOMIC_ACQUIRE))
 		return false;
 	return t->taken == t->expected || now - t->last_progress >= QUIET_MS;
@@ -1076,7 +1174,7 @@ static void traffic(struct run *t)
 			if (t->kind == LOOP_URING)
 				turn_uring(t);
 			else
-				turn_epoll(t, WAIT_MS);
+				turn_fd(t, WAIT_MS);
 			stall_check(t, false);
 			feed_touched(t);
 			now = t_now_ms();
@@ -1138,25 +1236,39 @@ Test(loop_sustained, uring_64_queue_pairs_1e5_messages, .timeout = 600)
 	free(t);
 }
 
-/* epoll on rig_loop_fd, level-triggered, four rings per rig_loop_handle per
- * wakeup, while the churn thread reads the channel and the async fd: its
- * cycles for three quarters of the run, then its sleeps in rig_qp_wait. */
-Test(loop_sustained, epoll_with_churn_thread, .timeout = 600)
+/* The epoll and libuv loops: the run beside the churn thread. */
+static void run_with_churn(enum loop_kind kind, const char *loop)
 {
 	struct run *t = calloc(1, sizeof(*t));
 	struct churn *ch = calloc(1, sizeof(*ch));
 
 	cr_assert(t && ch);
-	setup(t, LOOP_EPOLL);
+	setup(t, kind);
 	watch(t);
 	churn_start(t, ch);
 	traffic(t);
 	churn_stop(ch);
 	check_totals(t);
-	report(t, "epoll loop", EPOLL_BATCH);
+	report(t, loop, EPOLL_BATCH);
 	cr_log_info("churn thread: %u cycles, then %u sleeps of %d ms; %u listings of its rings passed over",
 		    ch->cycles, ch->beats - ch->cycles, STEAL_WAIT_MS, t->foreign);
 	teardown(t);
 	free(ch);
 	free(t);
+}
+
+/* epoll on rig_loop_fd after rig_loop_watch, level-triggered, four rings
+ * per rig_loop_handle per wakeup, while the churn thread reads the
+ * channel and the async fd: its cycles for three quarters of the run,
+ * then its sleeps in rig_qp_wait. No io_uring anywhere. */
+Test(loop_sustained, epoll_with_churn_thread, .timeout = 600)
+{
+	run_with_churn(LOOP_EPOLL, "epoll loop");
+}
+
+/* The same in libuv: a uv_poll_t on rig_loop_fd (UV_READABLE) whose
+ * callback calls rig_loop_handle for four rings. */
+Test(loop_sustained, libuv_with_churn_thread, .timeout = 600)
+{
+	run_with_churn(LOOP_UV, "libuv loop");
 }

@@ -15,8 +15,10 @@
  *
  * Each loop has one fd, rig_loop_fd(), readable when one of its rings has
  * a completion event, the NIC has an async event, a connection of the loop
- * moves on, or news waits to be handed out. rig_uring_watch() queues a
- * multishot poll on it, tagged with the application's user_data, and
+ * moves on, or news waits to be handed out. Watching the loop arms its
+ * rings, so that their completions reach that fd and are handed out as
+ * news. In io_uring, rig_uring_watch() does so and queues a multishot poll
+ * on the fd, tagged with the application's user_data, and
  * rig_uring_handle() turns the poll's CQE into a list of news:
  *
  *	struct rig_ready ready[64];
@@ -46,6 +48,41 @@
  *		io_uring_cqe_seen(&ring, cqe);
  *		io_uring_submit(&ring);
  *	}
+ *
+ * In any other event loop, rig_loop_watch() watches the loop; the
+ * application waits for rig_loop_fd() to be readable and calls
+ * rig_loop_handle(), which hands out the same news. With epoll:
+ *
+ *	struct epoll_event ev = { .events = EPOLLIN }, out;
+ *
+ *	rig_loop_watch(loop);
+ *	ev.data.ptr = loop;
+ *	epoll_ctl(ep, EPOLL_CTL_ADD, rig_loop_fd(loop), &ev);
+ *	for (;;) {
+ *		epoll_wait(ep, &out, 1, -1);
+ *		if (out.data.ptr == loop) {
+ *			n = rig_loop_handle(loop, ready, 64);
+ *			...			// as above
+ *		} else {
+ *			on_other_fd(&out);
+ *		}
+ *	}
+ *
+ * With libuv:
+ *
+ *	static void on_rdma(uv_poll_t *h, int status, int events)
+ *	{
+ *		int n = rig_loop_handle(h->data, ready, 64);
+ *		...				// as above
+ *	}
+ *
+ *	rig_loop_watch(loop);
+ *	uv_poll_init(uv, &poll, rig_loop_fd(loop));
+ *	poll.data = loop;
+ *	uv_poll_start(&poll, UV_READABLE, on_rdma);
+ *	uv_run(uv, UV_RUN_DEFAULT);
+ *
+ * The fd is level-triggered: news left for later keeps it readable.
  *
  * A ring is armed when it is handed out, before the application polls it
  * dry: a completion that lands after the arming raises an event, one
@@ -118,12 +155,23 @@ int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out);
 int rig_loop_fd(const struct rig_loop *loop);
 
 /**
+ * rig_loop_watch - watch @loop from any event loop (epoll, libuv, ...)
+ *
+ * Arms the rings of every queue pair the loop has, and will have, so that
+ * rig_loop_fd() fires for their completions and rig_loop_handle() hands
+ * them out. Returns 0, -EINVAL if @loop is NULL, or -EALREADY if @loop is
+ * watched already (by this call or by rig_uring_watch()).
+ */
+int rig_loop_watch(struct rig_loop *loop);
+
+/**
  * rig_uring_watch - watch @loop in the application's io_uring @ring
  *
- * Arms the rings of every queue pair the loop has, and will have, and
- * queues one multishot poll on rig_loop_fd() tagged @user_data (not
- * submitted). Returns 0, -EBUSY when @ring has no free SQE, or -EALREADY
- * if @loop is watched already.
+ * rig_loop_watch(), plus one multishot poll on rig_loop_fd() tagged
+ * @user_data, queued in @ring (not submitted). Returns 0, -EBUSY when
+ * @ring has no free SQE (the loop is then not watched), or -EALREADY if
+ * @loop is watched already. The watch lasts until the poll ends in an
+ * error (rig_uring_handle()); then the loop may be watched again.
  */
 int rig_uring_watch(struct io_uring *ring, struct rig_loop *loop,
 		    uint64_t user_data);
@@ -132,7 +180,10 @@ int rig_uring_watch(struct io_uring *ring, struct rig_loop *loop,
  * rig_uring_handle - handle a CQE tagged with @loop's user_data
  *
  * Re-queues the multishot poll if @cqe says it ended, then does what
- * rig_loop_handle() does. Returns the count filled, or -errno.
+ * rig_loop_handle() does. A @cqe whose res is negative ends the watch:
+ * nothing is queued, and its res is returned (-ECANCELED when the
+ * application cancelled the poll); news waits for the next watch.
+ * Returns the count filled, or -errno.
  */
 int rig_uring_handle(struct io_uring *ring, struct rig_loop *loop,
 		     const struct io_uring_cqe *cqe, struct rig_ready *ready,
