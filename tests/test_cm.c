@@ -5,12 +5,19 @@
  * the listener is on rxe1 and the dialer on rxe0.
  */
 #include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>
 #include <pthread.h>
 #include <rdma/rdma_cma.h>
+#include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <unistd.h>
 #include <arpa/inet.h>
 
 #include "t_device.h"
@@ -22,7 +29,8 @@
  * of the port, and of the CM's listen on its service ID, when the test
  * before it ended.
  */
-enum { PORT_DIAL_ACCEPT = 18515, PORT_GARBAGE, PORT_LISTENER_FD };
+enum { PORT_DIAL_ACCEPT = 18515, PORT_GARBAGE, PORT_LISTENER_FD, PORT_NEGATIVE,
+       PORT_HUGE, PORT_GONE_EARLY, PORT_CLAIM_DIALER, PORT_CLAIM_LISTENER };
 
 struct server {
 	struct rig_listener *l;
@@ -85,10 +93,18 @@ Test(cm, M3_M4_dial_and_accept)
 	} else {
 		struct rig_completion c;
 
+		/* M4: both ends on one NIC handle: local, reads both ways. */
+		cr_assert_eq(qp->local, 1);
+		cr_assert_eq(s.qp->local, 1);
 		cr_assert_eq(rig_qp_read(qp, stx.r, 0, crx.r, 0, 4096), 0, "%s", rig_errmsg());
 		c = t_take(qp, RIG_SEND, 5000);
 		cr_assert_eq(c.error, 0, "%s", c.why);
 		cr_assert_arr_eq(crx.mem, stx.mem, 4096);
+		/* into stx, which held another pattern */
+		cr_assert_eq(rig_qp_read(s.qp, ctx.r, 0, stx.r, 0, 4096), 0, "%s", rig_errmsg());
+		c = t_take(s.qp, RIG_SEND, 5000);
+		cr_assert_eq(c.error, 0, "%s", c.why);
+		cr_assert_arr_eq(stx.mem, ctx.mem, 4096);
 	}
 	cr_assert_eq(rig_qp_destroy(qp), 0);
 	cr_assert_eq(rig_qp_destroy(s.qp), 0);
@@ -306,4 +322,509 @@ Test(cm, nic_close_closes_its_listener)
 	cr_assert_eq(after, before,
 		     "rig_nic_close left %d of the %d fds of the NIC and its listener open",
 		     after - before, open_fds - before);
+}
+
+/* ---- bounds at their extremes ------------------------------------------ */
+
+/*
+ * C1, C2: a negative bound, INT64_MIN included, is -EINVAL before any
+ * arithmetic on it: *out stays untouched and the listener goes on. A bound
+ * of 0 with nothing pending is -ETIMEDOUT at once.
+ */
+Test(cm, C1_C2_negative_bounds_are_EINVAL_and_change_nothing)
+{
+	struct rig_nic *cn = t_nic_open(t_dev());
+	struct rig_nic *sn = t_peer_dev() ? t_nic_open(server_dev()) : cn;
+	struct server s = { NULL, 10000000, -1, NULL };
+	struct rig_qp *qp = (struct rig_qp *)0x1;
+	uint16_t port = PORT_NEGATIVE;
+	pthread_t t;
+	double t0;
+	int ret;
+
+	cr_assert_eq(rig_listen(sn, server_ip(), port, &s.l), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_dial(cn, server_ip(), port, INT64_MIN, &qp), -EINVAL);
+	cr_assert_eq(rig_dial(cn, server_ip(), port, -1, &qp), -EINVAL);
+	cr_assert_eq(rig_accept(s.l, INT64_MIN, &qp), -EINVAL);
+	cr_assert_eq(rig_accept(s.l, -1, &qp), -EINVAL);
+	cr_assert_eq(qp, (struct rig_qp *)0x1, "out set on failure");
+	t0 = t_now_ms();
+	cr_assert_eq(rig_accept(s.l, 0, &qp), -ETIMEDOUT, "nothing pending: %s", rig_errmsg());
+	cr_assert_lt(t_now_ms() - t0, 1000.0, "a bound of 0 waited %.0f ms", t_now_ms() - t0);
+	cr_assert_eq(qp, (struct rig_qp *)0x1, "out set on failure");
+	/* The listener goes on. */
+	pthread_create(&t, NULL, accept_one, &s);
+	ret = rig_dial(cn, server_ip(), port, 10000000, &qp);
+	pthread_join(t, NULL);
+	cr_assert_eq(ret, 0, "rig_dial: %s", rig_errmsg());
+	cr_assert_eq(s.ret, 0, "rig_accept failed");
+	cr_assert_eq(rig_qp_destroy(qp), 0);
+	cr_assert_eq(rig_qp_destroy(s.qp), 0);
+	cr_assert_eq(rig_listener_close(s.l), 0);
+	if (sn != cn)
+		cr_assert_eq(rig_nic_close(sn), 0);
+	cr_assert_eq(rig_nic_close(cn), 0);
+}
+
+/* An accept whose result the test reads while it may still run. A first
+ * accept with no bound costs the thread what its start costs (more under
+ * AddressSanitizer), before the window the test measures. */
+struct watched {
+	struct server s;
+	int first;
+	sem_t ready;
+};
+
+static void *accept_watched(void *arg)
+{
+	struct watched *w = arg;
+	struct rig_qp *qp = NULL;
+	int ret;
+
+	w->first = rig_accept(w->s.l, 0, &qp);
+	sem_post(&w->ready);
+	ret = rig_accept(w->s.l, w->s.us, &qp);
+	w->s.qp = qp;
+	__atomic_store_n(&w->s.ret, ret, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static double thread_cpu_ms(clockid_t cid)
+{
+	struct timespec ts;
+
+	cr_assert_eq(clock_gettime(cid, &ts), 0, "%s", strerror(errno));
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* How long the idle accept is watched, and the CPU it may take meanwhile:
+ * a poll that slept costs nothing; one turned into a spin costs the whole
+ * window, or at least the share a busy machine leaves a thread. */
+#define IDLE_WATCH_US 1000000
+#define IDLE_CPU_MAX_MS 100.0
+
+/*
+ * Bounds of months and more: rig_accept sleeps (its thread takes next to
+ * no CPU time over a second of waiting) and returns the connection when
+ * a dial comes; rig_dial with the same bound connects. 30 days is more
+ * milliseconds than an int holds, INT64_MAX more nanoseconds than an
+ * int64_t.
+ */
+Test(cm, bounds_of_30_days_and_INT64_MAX_wait_asleep_then_connect)
+{
+	static const int64_t bound[2] = { 30 * 86400 * 1000000ll, INT64_MAX };
+	struct rig_nic *cn = t_nic_open(t_dev());
+	struct rig_nic *sn = t_peer_dev() ? t_nic_open(server_dev()) : cn;
+	struct rig_listener *l;
+	struct rig_qp *qp;
+	clockid_t cid;
+	pthread_t t;
+	double cpu0, cpu;
+	int i, ret;
+
+	cr_assert_eq(rig_listen(sn, server_ip(), PORT_HUGE, &l), 0, "%s", rig_errmsg());
+	for (i = 0; i < 2; i++) {
+		struct watched w;
+		struct timespec ts;
+
+		memset(&w, 0, sizeof(w));
+		w.s = (struct server){ l, bound[i], 1, NULL };
+		w.first = 1;
+		cr_assert_eq(sem_init(&w.ready, 0, 0), 0);
+		cr_assert_eq(pthread_create(&t, NULL, accept_watched, &w), 0);
+		cr_assert_eq(pthread_getcpuclockid(t, &cid), 0);
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 10;
+		cr_assert_eq(sem_timedwait(&w.ready, &ts), 0, "the accepting thread did not start");
+		cr_assert_eq(w.first, -ETIMEDOUT, "rig_accept(0) with nothing pending: %d",
+			     w.first);
+		cpu0 = thread_cpu_ms(cid);
+		usleep(IDLE_WATCH_US);	/* the window measured, not a wait for an event */
+		cpu = thread_cpu_ms(cid) - cpu0;
+		ret = __atomic_load_n(&w.s.ret, __ATOMIC_ACQUIRE);
+		cr_assert_eq(ret, 1, "bound %lld us: rig_accept returned %d (%s) with nothing "
+			     "pending", (long long)bound[i], ret, rig_errmsg());
+		cr_log_info("bound %lld us: the waiting accept took %.1f ms of CPU in %d ms",
+			    (long long)bound[i], cpu, IDLE_WATCH_US / 1000);
+		cr_assert_lt(cpu, IDLE_CPU_MAX_MS, "bound %lld us: the waiting accept took "
+			     "%.1f ms of CPU in %d ms", (long long)bound[i], cpu,
+			     IDLE_WATCH_US / 1000);
+		qp = NULL;
+		ret = rig_dial(cn, server_ip(), PORT_HUGE, bound[i], &qp);
+		cr_assert_eq(ret, 0, "bound %lld us: rig_dial: %d %s", (long long)bound[i], ret,
+			     rig_errmsg());
+		cr_assert_eq(pthread_join(t, NULL), 0);
+		cr_assert_eq(w.s.ret, 0, "bound %lld us: rig_accept: %d", (long long)bound[i],
+			     w.s.ret);
+		cr_assert_eq(rig_qp_destroy(qp), 0);
+		cr_assert_eq(rig_qp_destroy(w.s.qp), 0);
+		sem_destroy(&w.ready);
+	}
+	cr_assert_eq(rig_listener_close(l), 0);
+	if (sn != cn)
+		cr_assert_eq(rig_nic_close(sn), 0);
+	cr_assert_eq(rig_nic_close(cn), 0);
+}
+
+/* ---- raw rdma_cm ends, driven from the test's thread -------------------- */
+
+struct raw_ev {
+	enum rdma_cm_event_type type;
+	struct rdma_cm_id *id;
+	uint8_t priv[96];
+	size_t len;
+};
+
+/* The next event of @ch (non-blocking), waited for up to @ms; acked, its
+ * private data copied. */
+static struct raw_ev raw_next(struct rdma_event_channel *ch, int ms)
+{
+	struct pollfd pfd = { ch->fd, POLLIN, 0 };
+	double end = t_now_ms() + ms;
+	struct rdma_cm_event *ev;
+	struct raw_ev r;
+
+	memset(&r, 0, sizeof(r));
+	while (rdma_get_cm_event(ch, &ev)) {
+		cr_assert_eq(errno, EAGAIN, "rdma_get_cm_event: %s", strerror(errno));
+		cr_assert_lt(t_now_ms(), end, "no rdma_cm event in %d ms", ms);
+		poll(&pfd, 1, (int)(end - t_now_ms()) + 1);
+	}
+	r.type = ev->event;
+	r.id = ev->id;
+	if (ev->param.conn.private_data) {
+		r.len = ev->param.conn.private_data_len;
+		if (r.len > sizeof(r.priv))
+			r.len = sizeof(r.priv);
+		memcpy(r.priv, ev->param.conn.private_data, r.len);
+	}
+	rdma_ack_cm_event(ev);
+	return r;
+}
+
+static void raw_expect(struct rdma_event_channel *ch, enum rdma_cm_event_type want,
+		       struct raw_ev *out)
+{
+	struct raw_ev r = raw_next(ch, 10000);
+
+	cr_assert_eq(r.type, want, "rdma_cm event %s, not %s", rdma_event_str(r.type),
+		     rdma_event_str(want));
+	if (out)
+		*out = r;
+}
+
+static struct rdma_event_channel *raw_channel(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+
+	cr_assert_not_null(ch, "rdma_create_event_channel: %s", strerror(errno));
+	cr_assert_eq(fcntl(ch->fd, F_SETFL, O_NONBLOCK), 0);
+	return ch;
+}
+
+static void to_sin(struct sockaddr_in *sin, const char *ip, uint16_t port)
+{
+	memset(sin, 0, sizeof(*sin));
+	sin->sin_family = AF_INET;
+	sin->sin_port = htons(port);
+	cr_assert_eq(inet_pton(AF_INET, ip, &sin->sin_addr), 1, "address %s", ip);
+}
+
+/* An id on @ch with its route to @ip, @port resolved: ready to connect. */
+static struct rdma_cm_id *raw_resolve(struct rdma_event_channel *ch, const char *ip,
+				      uint16_t port)
+{
+	struct sockaddr_in sin;
+	struct rdma_cm_id *id;
+
+	to_sin(&sin, ip, port);
+	cr_assert_eq(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0, "%s", strerror(errno));
+	cr_assert_eq(rdma_resolve_addr(id, NULL, (struct sockaddr *)&sin, 2000), 0, "%s",
+		     strerror(errno));
+	raw_expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, NULL);
+	cr_assert_eq(rdma_resolve_route(id, 2000), 0, "%s", strerror(errno));
+	raw_expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL);
+	return id;
+}
+
+/* What a raw end offers: @priv, and @qp_num as its queue pair (none is
+ * attached to the id: the CM waits for rdma_establish after the answer). */
+static struct rdma_conn_param raw_param(const void *priv, size_t len, uint32_t qp_num)
+{
+	struct rdma_conn_param p = { 0 };
+
+	p.private_data = priv;
+	p.private_data_len = (uint8_t)len;
+	p.qp_num = qp_num;
+	p.responder_resources = 1;
+	p.initiator_depth = 1;
+	p.retry_count = 7;
+	p.rnr_retry_count = 7;
+	return p;
+}
+
+/* ---- a connection gone before rig_accept took it -------------------------- */
+
+/*
+ * rig_listen(3): closing the listener drops the connections no rig_accept
+ * took, and a connection that was never the application's gives no news.
+ *
+ * Two raw clients, A and B, finish their handshakes; B leaves at once, and
+ * one rig_accept reads A's ESTABLISHED, B's ESTABLISHED and B's
+ * DISCONNECTED in one batch: it returns A and keeps B, up and gone. The
+ * test makes that batch: the clients run in the test's thread, so nothing
+ * moves while rig_accept runs. First the three requests, A's, B's and a
+ * garbage one G's: a rig_accept answers A and B and returns -EPROTO for G
+ * (calls with no bound read what came after). Then each step waits for
+ * the event it causes to be queued on the listener's channel: the channel
+ * wakes its pollers once per event queued, and an edge-triggered epoll
+ * reports each wakeup that comes after the last report. A sends its RTU
+ * (ESTABLISHED); then B sends its RTU (ESTABLISHED), and only then its
+ * disconnect request (DISCONNECTED). Then rig_accept runs again.
+ *
+ * Then the listener is closed and the NIC's own loop handled: it hands out
+ * nothing of B, and the NIC closes cleanly. News of B left in the loop's
+ * list once the listener freed B would be read from freed memory.
+ */
+enum { CLIENT_A, CLIENT_B, CLIENT_G, CLIENTS };
+
+Test(cm, listener_close_drops_a_connection_gone_before_accept_took_it, .timeout = 60)
+{
+	static const char junk[40] = "not an endpoint at all";
+	struct rig_nic *cn = t_nic_open(t_dev());
+	struct rig_nic *sn = t_peer_dev() ? t_nic_open(server_dev()) : cn;
+	struct rdma_event_channel *ch[CLIENTS];
+	struct rdma_cm_id *id[CLIENTS];
+	struct rig_qp *offer[CLIENTS];	/* each request names one of these */
+	struct rig_endpoint e;
+	uint8_t priv[CLIENTS][RIG_CM_PRIVATE];
+	struct rdma_conn_param p;
+	struct pollfd pfd[CLIENTS + 1];
+	bool answered[CLIENTS] = { false };
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qia;
+	struct rig_listener *l;
+	struct rig_qp *qp = NULL;
+	struct rig_ready r[16];
+	struct raw_ev ev;
+	struct epoll_event ee;
+	double end, t_answer;
+	uint16_t port = PORT_GONE_EARLY;
+	int i, n, ret, epfd;
+
+	cr_assert_eq(rig_listen(sn, server_ip(), port, &l), 0, "%s", rig_errmsg());
+	for (i = 0; i < CLIENTS; i++) {
+		offer[i] = t_qp(cn);
+		rig_qp_endpoint(offer[i], &e);
+		rig_cm_pack(&e, priv[i]);
+		ch[i] = raw_channel();
+		id[i] = raw_resolve(ch[i], server_ip(), port);
+		p = i == CLIENT_G ? raw_param(junk, sizeof(junk), e.qp)
+				  : raw_param(priv[i], RIG_CM_PRIVATE, e.qp);
+		cr_assert_eq(rdma_connect(id[i], &p), 0, "rdma_connect: %s", strerror(errno));
+	}
+
+	/* 1: the requests, answered or rejected */
+	t_answer = t_now_ms();	/* rig's answers come after it */
+	ret = rig_accept(l, 10000000, &qp);
+	cr_assert_eq(ret, -EPROTO, "the first rig_accept: %d %s", ret, rig_errmsg());
+	end = t_now_ms() + 10000;
+	while (!answered[CLIENT_A] || !answered[CLIENT_B] || !answered[CLIENT_G]) {
+		for (i = 0; i < CLIENTS; i++)
+			pfd[i] = (struct pollfd){ ch[i]->fd, POLLIN, 0 };
+		pfd[CLIENTS] = (struct pollfd){ rig_listener_fd(l), POLLIN, 0 };
+		cr_assert_lt(t_now_ms(), end, "the requests were not all answered in 10 s");
+		if (poll(pfd, CLIENTS + 1, 100) <= 0)
+			continue;
+		for (i = 0; i < CLIENTS; i++) {
+			if (!(pfd[i].revents & POLLIN))
+				continue;
+			ev = raw_next(ch[i], 0);
+			cr_assert_eq(ev.type, i == CLIENT_G ? RDMA_CM_EVENT_REJECTED
+							     : RDMA_CM_EVENT_CONNECT_RESPONSE,
+				     "client %d: %s", i, rdma_event_str(ev.type));
+			answered[i] = true;
+		}
+		if (pfd[CLIENTS].revents & POLLIN) {
+			/* a request that came after the first batch */
+			ret = rig_accept(l, 0, &qp);
+			cr_assert(ret == -ETIMEDOUT || ret == -EPROTO, "rig_accept: %d %s", ret,
+				  rig_errmsg());
+		}
+	}
+
+	/* 2: A is up; then B is up, and leaves. The channel is empty: the
+	 * requests were read, and nothing else came. */
+	epfd = epoll_create1(EPOLL_CLOEXEC);
+	cr_assert_geq(epfd, 0);
+	ee = (struct epoll_event){ .events = EPOLLIN | EPOLLET };
+	cr_assert_eq(epoll_ctl(epfd, EPOLL_CTL_ADD, rig_listener_fd(l), &ee), 0);
+	cr_assert_eq(epoll_wait(epfd, &ee, 1, 0), 0, "the listener has an event before A's RTU");
+	cr_assert_eq(rdma_establish(id[CLIENT_A]), 0, "rdma_establish: %s", strerror(errno));
+	cr_assert_eq(epoll_wait(epfd, &ee, 1, 10000), 1, "no ESTABLISHED for A in 10 s");
+	cr_assert_eq(rdma_establish(id[CLIENT_B]), 0, "rdma_establish: %s", strerror(errno));
+	cr_assert_eq(epoll_wait(epfd, &ee, 1, 10000), 1, "no ESTABLISHED for B in 10 s");
+	cr_assert_eq(rdma_disconnect(id[CLIENT_B]), 0, "rdma_disconnect: %s", strerror(errno));
+	cr_assert_eq(epoll_wait(epfd, &ee, 1, 10000), 1, "no DISCONNECTED for B in 10 s");
+	close(epfd);
+	cr_log_info("%.0f ms from the first rig_accept to B's DISCONNECTED",
+		    t_now_ms() - t_answer);
+	cr_assert_lt(t_now_ms() - t_answer, RIG_CM_HALF_OPEN_MS,
+		     "%.0f ms since the first rig_accept: past the half-open bound, A and B "
+		     "may have been dropped", t_now_ms() - t_answer);
+
+	/* 3: one batch: A's ESTABLISHED, B's ESTABLISHED, B's DISCONNECTED */
+	ret = rig_accept(l, 0, &qp);
+	cr_assert_eq(ret, 0, "the second rig_accept: %d %s", ret, rig_errmsg());
+	cr_assert_eq(ibv_query_qp(qp->ibqp, &qa, IBV_QP_DEST_QPN, &qia), 0);
+	rig_qp_endpoint(offer[CLIENT_A], &e);
+	cr_assert_eq(qa.dest_qp_num, e.qp, "rig_accept returned the queue pair of a client "
+		     "other than A (dest qp %#x)", qa.dest_qp_num);
+
+	/* 4: B goes with the listener, and with it all of B */
+	cr_assert_eq(rig_listener_close(l), 0, "%s", rig_errmsg());
+	n = rig_loop_handle(rig_nic_loop(sn), r, 16);
+	cr_assert_geq(n, 0, "rig_loop_handle: %d %s", n, rig_errmsg());
+	for (i = 0; i < n; i++)
+		cr_assert_eq(r[i].qp, qp, "news %d (result %d) of a queue pair rig_accept never "
+			     "handed out", r[i].news, r[i].result);
+
+	cr_assert_eq(rig_qp_destroy(qp), 0, "%s", rig_errmsg());
+	for (i = 0; i < CLIENTS; i++) {
+		rdma_destroy_id(id[i]);
+		rdma_destroy_event_channel(ch[i]);
+		cr_assert_eq(rig_qp_destroy(offer[i]), 0);
+	}
+	if (sn != cn)
+		cr_assert_eq(rig_nic_close(sn), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_nic_close(cn), 0, "%s", rig_errmsg());
+}
+
+/* ---- M4: who counts as local is not the peer's to say --------------------- */
+
+/* @qp grants its peer nothing: no remote access, no reads served, and
+ * reads of its own are refused (P3) and post nothing. */
+static void expect_remote(struct rig_qp *qp, struct rig_nic *nic, const char *who)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+	struct t_buf src, dst;
+
+	memset(&a, 0, sizeof(a));
+	cr_assert_eq(ibv_query_qp(qp->ibqp, &a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS |
+				  IBV_QP_MAX_DEST_RD_ATOMIC, &ia), 0);
+	cr_assert_eq(a.qp_state, IBV_QPS_RTS, "%s: state %d", who, a.qp_state);
+	cr_assert_eq(a.qp_access_flags, 0, "%s: the peer's claim got it access %#x", who,
+		     a.qp_access_flags);
+	cr_assert_eq(a.max_dest_rd_atomic, 0, "%s: it serves %d reads of the peer's", who,
+		     a.max_dest_rd_atomic);
+	cr_assert_eq(qp->local, 0, "%s: counted as local", who);
+	t_buf(&src, nic, 64, 1);
+	t_buf(&dst, nic, 64, 0);
+	cr_assert_eq(rig_qp_read(qp, src.r, 0, dst.r, 0, 8), -EINVAL, "%s: rig_qp_read", who);
+	cr_assert_eq(rig_qp_room(qp, RIG_SEND), RIG_RING_ENTRIES, "%s: a refused read posted",
+		     who);
+}
+
+/*
+ * M4, P3: a raw rdma_cm client on the other host (rxe1) dials a rig
+ * listener on rxe0 with an endpoint that claims rxe0's GID and the number
+ * of a live queue pair of the listener's NIC. The peer chooses both: the
+ * accepted queue pair must grant it nothing.
+ */
+Test(cm, M4_P3_a_dialer_claiming_our_gid_and_qpn_gets_no_access)
+{
+	struct rig_nic *ln, *pn;
+	struct rig_qp *decoy, *own;
+	struct server s = { NULL, 10000000, -1, NULL };
+	struct rig_endpoint claim, mine;
+	uint8_t priv[RIG_CM_PRIVATE];
+	struct rdma_event_channel *ch;
+	struct rdma_conn_param p;
+	struct rdma_cm_id *id;
+	pthread_t t;
+
+	if (!t_peer_dev())
+		cr_skip_test("a peer on another NIC than the listener's needs two hosts");
+	ln = t_nic_open(t_dev());
+	pn = t_nic_open(t_peer_dev());
+	decoy = t_qp(ln);
+	own = t_qp(pn);
+	rig_qp_endpoint(decoy, &claim);
+	rig_qp_endpoint(own, &mine);
+	rig_cm_pack(&claim, priv);
+	cr_assert_eq(rig_listen(ln, getenv("RIG_TEST_IP"), PORT_CLAIM_DIALER, &s.l), 0, "%s",
+		     rig_errmsg());
+	cr_assert_eq(pthread_create(&t, NULL, accept_one, &s), 0);
+	ch = raw_channel();
+	id = raw_resolve(ch, getenv("RIG_TEST_IP"), PORT_CLAIM_DIALER);
+	cr_assert_eq(strcmp(ibv_get_device_name(id->verbs->device), t_peer_dev()), 0,
+		     "the raw client is on %s", ibv_get_device_name(id->verbs->device));
+	p = raw_param(priv, RIG_CM_PRIVATE, mine.qp);
+	cr_assert_eq(rdma_connect(id, &p), 0, "rdma_connect: %s", strerror(errno));
+	raw_expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, NULL);
+	cr_assert_eq(rdma_establish(id), 0, "rdma_establish: %s", strerror(errno));
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(s.ret, 0, "rig_accept: %d", s.ret);
+
+	expect_remote(s.qp, ln, "accepted");
+
+	cr_assert_eq(rig_qp_destroy(s.qp), 0);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+	cr_assert_eq(rig_listener_close(s.l), 0);
+	cr_assert_eq(rig_nic_close(pn), 0);
+	cr_assert_eq(rig_nic_close(ln), 0);
+}
+
+/*
+ * M4, P3: the other way. A raw listener on rxe1 answers a rig_dial from
+ * rxe0 with the dialer's own endpoint (from the request's private data):
+ * rxe0's GID and the dialer's own queue-pair number, as a loopback
+ * would. The dialed queue pair must grant it nothing.
+ */
+Test(cm, M4_P3_a_listener_claiming_our_gid_and_qpn_gets_no_access)
+{
+	struct rig_nic *dn, *pn;
+	struct rig_qp *own;
+	struct dialer d = { NULL, PORT_CLAIM_LISTENER, -1, NULL };
+	struct rig_endpoint claim, mine;
+	uint8_t priv[RIG_CM_PRIVATE];
+	struct rdma_event_channel *ch;
+	struct rdma_conn_param p;
+	struct rdma_cm_id *lid;
+	struct sockaddr_in sin;
+	struct raw_ev req;
+	pthread_t t;
+
+	if (!t_peer_dev())
+		cr_skip_test("a peer on another NIC than the dialer's needs two hosts");
+	dn = t_nic_open(t_dev());
+	pn = t_nic_open(t_peer_dev());
+	own = t_qp(pn);
+	rig_qp_endpoint(own, &mine);
+	ch = raw_channel();
+	to_sin(&sin, server_ip(), PORT_CLAIM_LISTENER);
+	cr_assert_eq(rdma_create_id(ch, &lid, NULL, RDMA_PS_TCP), 0);
+	cr_assert_eq(rdma_bind_addr(lid, (struct sockaddr *)&sin), 0, "%s", strerror(errno));
+	cr_assert_eq(rdma_listen(lid, 8), 0, "%s", strerror(errno));
+	d.nic = dn;
+	cr_assert_eq(pthread_create(&t, NULL, dial_one, &d), 0);
+	raw_expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST, &req);
+	cr_assert_eq(rig_cm_parse(req.priv, req.len, &claim), 0, "the request's private data");
+	rig_cm_pack(&claim, priv);	/* the dialer's own endpoint, sent back */
+	p = raw_param(priv, RIG_CM_PRIVATE, mine.qp);
+	cr_assert_eq(rdma_accept(req.id, &p), 0, "rdma_accept: %s", strerror(errno));
+	raw_expect(ch, RDMA_CM_EVENT_ESTABLISHED, NULL);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(d.ret, 0, "rig_dial: %d", d.ret);
+
+	expect_remote(d.qp, dn, "dialed");
+
+	cr_assert_eq(rig_qp_destroy(d.qp), 0);
+	rdma_destroy_id(req.id);
+	rdma_destroy_id(lid);
+	rdma_destroy_event_channel(ch);
+	cr_assert_eq(rig_nic_close(pn), 0);
+	cr_assert_eq(rig_nic_close(dn), 0);
 }

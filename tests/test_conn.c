@@ -1544,6 +1544,22 @@ Test(conn, failed_dials_come_back_as_news_with_their_cookies, .timeout = 60)
 	rdma_destroy_event_channel(ch);
 }
 
+/* C1, C2: a negative bound, INT64_MIN included, is -EINVAL before any
+ * arithmetic on it: no dial starts, and no news comes of it. */
+Test(conn, C1_C2_dial_with_a_negative_bound_is_EINVAL_no_news)
+{
+	static struct cli h;
+	struct rig_ready r;
+	int n;
+
+	cli_open(&h);
+	cr_assert_eq(rig_loop_dial(h.loop, server_ip(), 18608, INT64_MIN, 1), -EINVAL);
+	cr_assert_eq(rig_loop_dial(h.loop, server_ip(), 18608, -1, 2), -EINVAL);
+	n = rig_loop_handle(h.loop, &r, 1);
+	cr_assert_eq(n, 0, "news %d (result %d) of a dial that never started", r.news, r.result);
+	cli_close(&h);
+}
+
 struct acceptor {
 	struct rig_listener *l;
 	int ret;

@@ -815,6 +815,92 @@ Test(vanish, F1_T2_sleeping_waits_woken_when_peer_is_killed)
 	cr_assert_eq(rig_nic_close(nic), 0);
 }
 
+/* The state of @qp's QP, as the NIC has it. */
+static enum ibv_qp_state qp_state(struct rig_qp *qp)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+
+	memset(&a, 0, sizeof(a));
+	cr_assert_eq(ibv_query_qp(qp->ibqp, &a, IBV_QP_STATE, &ia), 0);
+	return a.qp_state;
+}
+
+/*
+ * T3, F1: a wait that learns its peer left changes nothing of the queue
+ * pair. A dialed queue pair (in the NIC's own loop, which nothing watches)
+ * has a receive posted and a thread waiting on it; the peer, an accepted
+ * queue pair of another NIC handle, is destroyed. The wait returns the
+ * receive failed with -ECONNRESET, and the QP is still in RTS: no state
+ * change came from the waiting thread. The NIC's loop then hands out
+ * RIG_NEWS_GONE for it, once, with -ECONNRESET, and only that takes the
+ * QP to ERR (F2).
+ */
+Test(vanish, T3_F1_a_wait_that_hears_the_peer_left_changes_no_qp_state)
+{
+	const uint16_t port = 18760;
+	struct blocking_accept a = { NULL, -1, NULL };
+	struct rig_nic *nic, *pn;
+	struct waiter w;
+	struct rig_ready r[8];
+	struct t_buf b;
+	enum ibv_qp_state st;
+	pthread_t t;
+	double end;
+	int i, n, gone = 0, ret;
+
+	nic = t_nic_open(t_dev());
+	pn = t_nic_open(peer_dev());
+	t_buf(&b, nic, MSG, 9);
+	ret = rig_listen(pn, peer_ip(), port, &a.l);
+	cr_assert_eq(ret, 0, "rig_listen: %d %s", ret, rig_errmsg());
+	cr_assert_eq(pthread_create(&t, NULL, accept_one, &a), 0);
+	memset(&w, 0, sizeof(w));
+	ret = rig_dial(nic, peer_ip(), port, LONG_MS * 1000ll, &w.qp);
+	cr_assert_eq(ret, 0, "rig_dial: %d %s", ret, rig_errmsg());
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(a.ret, 0, "rig_accept: %d", a.ret);
+
+	cr_assert_eq(rig_qp_receive(w.qp, b.r, 0, MSG), 0, "%s", rig_errmsg());
+	cr_assert_eq(pthread_create(&t, NULL, wait_receive, &w), 0);
+	cr_assert_eq(rig_qp_destroy(a.qp), 0, "%s", rig_errmsg());
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(w.ret, 1, "rig_qp_wait: %d (%s)", w.ret, w.msg);
+	cr_assert_eq(w.c.error, -ECONNRESET, "the receive: %d (%s)", w.c.error,
+		     w.c.why ? w.c.why : "no reason");
+	st = qp_state(w.qp);
+	cr_assert_eq(st, IBV_QPS_RTS, "the wait changed the QP's state to %d (T3)", st);
+
+	/* The loop applies it: GONE once, then the QP is in ERR. */
+	end = t_now_ms() + LONG_MS;
+	while (!gone) {
+		cr_assert_lt(t_now_ms(), end, "no RIG_NEWS_GONE in %d ms", LONG_MS);
+		n = rig_loop_handle(rig_nic_loop(nic), r, 8);
+		cr_assert_geq(n, 0, "rig_loop_handle: %d %s", n, rig_errmsg());
+		for (i = 0; i < n; i++) {
+			cr_assert_eq(r[i].qp, w.qp, "news %d of another queue pair", r[i].news);
+			if (r[i].news != RIG_NEWS_GONE)
+				continue;
+			cr_assert_eq(r[i].result, -ECONNRESET, "GONE with %d", r[i].result);
+			gone++;
+		}
+		if (!n)
+			usleep(1000);	/* polling the loop; the verdict is the bound */
+	}
+	cr_assert_eq(gone, 1, "RIG_NEWS_GONE handed out %d times", gone);
+	n = rig_loop_handle(rig_nic_loop(nic), r, 8);
+	cr_assert_geq(n, 0, "rig_loop_handle: %d %s", n, rig_errmsg());
+	for (i = 0; i < n; i++)
+		cr_assert_neq(r[i].news, RIG_NEWS_GONE, "RIG_NEWS_GONE handed out twice");
+	st = qp_state(w.qp);
+	cr_assert_eq(st, IBV_QPS_ERR, "after the loop's news the QP is in state %d", st);
+
+	cr_assert_eq(rig_qp_destroy(w.qp), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_listener_close(a.l), 0);
+	cr_assert_eq(rig_nic_close(pn), 0);
+	cr_assert_eq(rig_nic_close(nic), 0);
+}
+
 /* ---- the control: endpoints exchanged without rdma_cm ----------------- */
 
 /*
