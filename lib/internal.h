@@ -276,7 +276,8 @@ int rig__events_async(struct rig_nic *nic);
 /* records a failure of @qp from outside its rings (an async event, the
  * peer leaving) and tells the consumers of both rings; any thread. */
 void rig__events_fail_qp(struct rig__qp *qp, int error, const char *why);
-/* tells @qp's loop of it, once it is listed in the NIC. */
+/* tells @qp's loop of it (the loop arms it if watched); the caller
+ * holds the NIC's lock, under which it listed @qp (see qp.c). */
 void rig__events_add(struct rig__qp *qp);
 /* before @qp goes (its QP destroyed, its
  * CQs not yet): drains and acks what its CQs owe, and tells the
