@@ -310,10 +310,6 @@ int rig__loop_defer(struct rig_loop *loop, struct rig__job *job);
 int rig__loop_open(struct rig_nic *nic, struct rig_loop **out);
 int rig__loop_free(struct rig_loop *loop);
 
-/* region.c: gives back the handles of @nic's regions, once their MRs
- * are deregistered. */
-void rig__regions_free(struct rig_nic *nic);
-
 /* errmsg.c: clear this thread's rig_errmsg(), after a call that
  * succeeded on a later try. */
 void rig__clear_error(void);
