@@ -303,7 +303,8 @@ int rig__events_async(struct rig_nic *nic);
 /* records a failure of @qp from outside its rings (an async event, the
  * peer leaving) and tells the consumers of both rings; any thread. */
 void rig__events_fail_qp(struct rig__qp *qp, int error, const char *why);
-/* tells @qp's loop of it, once it is listed in the NIC. */
+/* tells @qp's loop of it (the loop arms it if watched); the caller
+ * holds the NIC's lock, under which it listed @qp (see qp.c). */
 void rig__events_add(struct rig__qp *qp);
 /* before @qp goes (its QP destroyed, its
  * CQs not yet): drains and acks what its CQs owe, and tells the
@@ -340,10 +341,6 @@ void rig__loop_unpost(struct rig_loop *loop, struct rig__news *n);
 int rig__loop_defer(struct rig_loop *loop, struct rig__job *job);
 int rig__loop_open(struct rig_nic *nic, struct rig_loop **out);
 int rig__loop_free(struct rig_loop *loop);
-
-/* region.c: gives back the handles of @nic's regions, once their MRs
- * are deregistered. */
-void rig__regions_free(struct rig_nic *nic);
 
 /* errmsg.c: clear this thread's rig_errmsg(), after a call that
  * succeeded on a later try. */

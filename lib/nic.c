@@ -320,13 +320,12 @@ RIG_EXPORT __cold int rig_nic_close(struct rig_nic *nic)
 
 	if (!nic)
 		return rig__fail(EINVAL, "rig_nic_close: nic is NULL");
-	/* The loops with their listeners, connections and queue pairs; the
-	 * NIC's own last, as others' connections may have moved to it. */
+	/* The loops with their listeners, connections and queue pairs, each
+	 * only what is its own: connections never change loops. Newest
+	 * first, so the NIC's own, opened with it, goes last. */
 	while (nic->loops.next != &nic->loops) {
 		struct rig_loop *loop = container_of(nic->loops.next, struct rig_loop, link);
 
-		if (loop == nic->own && loop->link.next != &nic->loops)
-			loop = container_of(loop->link.next, struct rig_loop, link);
 		r = rig__loop_free(loop);
 		if (r && !ret)
 			ret = r;

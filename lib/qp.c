@@ -101,9 +101,17 @@ RIG_EXPORT __cold int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out)
 	qp->self.psn = random_psn();
 	memcpy(qp->self.gid, nic->gid.raw, 16);
 	memcpy(qp->self.mac, nic->mac, 6);
-	rig__events_add(qp);
+	/*
+	 * Listed and its loop told in one step under the NIC's lock, which
+	 * rig_uring_watch holds while it sets the loop watched and arms the
+	 * loop's listed queue pairs: the watch either finds this one listed
+	 * or has set the loop watched, and the loop arms it when told. Nor
+	 * can anyone arm it or fail it (both need the lock) before the loop
+	 * has readied its rings' places in the news.
+	 */
 	pthread_mutex_lock(&nic->lock);
 	rig__list_add(&nic->qps, &qp->link);
+	rig__events_add(qp);
 	pthread_mutex_unlock(&nic->lock);
 	*out = &qp->pub;
 	return 0;

@@ -171,13 +171,26 @@ static int waiter_fail(int err, const char *step)
 	return rig__fail(err, "rig_qp_wait: io_uring %s: %s", step, strerror(err));
 }
 
-/* Takes the CQEs there are, without a system call; returns the WOKE_ bits
- * of the polls that fired. A poll whose CQE lacks IORING_CQE_F_MORE has
- * ended (an error, or a full CQ): the next sleep adds it again. */
-static unsigned reap(void)
+/* What each poll watches, by WOKE_ bit, for rig_errmsg(). */
+static const char *const poll_steps[] = {
+	"poll of the completion channel", "poll of the eventfd",
+	"poll of the async fd", "poll of the rdma_cm channel"
+};
+
+/*
+ * Takes the CQEs there are, without a system call; returns the WOKE_ bits
+ * of the polls that fired, or -errno. A poll whose CQE lacks
+ * IORING_CQE_F_MORE has ended. After a full CQ the next sleep adds it
+ * again; but one that failed (a kernel that refuses multishot polls says
+ * -EINVAL) would fail again at once, each sleep a busy loop until the
+ * bound: the wait fails instead, and the thread's next one starts afresh.
+ * (A poll rig removed ends with -ECANCELED too, in an older generation.)
+ */
+static int reap(void)
 {
 	struct io_uring_cqe *cqes[8];
-	unsigned woke = 0, i, n;
+	unsigned woke = 0, failed = 0, i, n;
+	int err = 0;
 
 	while ((n = io_uring_peek_batch_cqe(&waiter.ring, cqes, 8))) {
 		for (i = 0; i < n; i++) {
@@ -188,12 +201,18 @@ static unsigned reap(void)
 				continue;	/* a removal, or a poll removed */
 			if (cqes[i]->res > 0)
 				woke |= bit;
+			if (cqes[i]->res < 0 && !err) {
+				err = -cqes[i]->res;
+				failed = bit;
+			}
 			if (!(cqes[i]->flags & IORING_CQE_F_MORE))
 				waiter.polled &= ~bit;
 		}
 		io_uring_cq_advance(&waiter.ring, n);
 	}
-	return woke;
+	if (err)
+		return waiter_fail(err, poll_steps[__builtin_ctz(failed)]);
+	return (int)woke;
 }
 
 /*
@@ -368,7 +387,9 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 		/* Before each sleep: what woke the last one, and events owed
 		 * since an earlier wait ended without reading its wakeup's. */
 		cm = __atomic_load_n(&loop->cm, __ATOMIC_ACQUIRE);
-		woke |= reap();
+		if ((ret = reap()) < 0)
+			break;
+		woke |= ret;
 		/* An async event or a peer that left fails queue pairs; the
 		 * poll then reports it. The loop takes the rdma_cm steps. */
 		if ((woke & WOKE_ASYNC) && (ret = rig__events_async(qp->nic)) < 0)

@@ -7,11 +7,15 @@
 #include <criterion/criterion.h>
 #include <liburing.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <semaphore.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "t_device.h"
 
 #define TAG_RIG 0x5249470000000000ull
@@ -379,5 +383,110 @@ Test(loop, refused_and_failed_watches_leave_the_loop_unwatched)
 		     rig_errmsg());
 	cr_assert_eq(rig_loop_watch(loop), -EALREADY);
 	io_uring_queue_exit(&ring);
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
+}
+
+/* ---- a queue pair made while its loop starts being watched ----------- */
+
+static struct {
+	struct io_uring ring;
+	struct rig_loop *loop;
+	void (*add)(struct rig__consumer *self, struct rig__qp *qp);
+	sem_t go;
+	int ret;		/* rig_uring_watch's */
+	bool nic_lock_taken;	/* before the make went on */
+} watch;
+
+static void *watch_main(void *unused)
+{
+	(void)unused;
+	sem_wait(&watch.go);
+	watch.ret = rig_uring_watch(&watch.ring, watch.loop, TAG_RIG);
+	return NULL;
+}
+
+/*
+ * The loop's add hook, wrapped: once the loop has been told of the new
+ * queue pair (its lock held), the watch starts on another thread, and the
+ * make goes on only once the NIC's lock is taken. rig_uring_watch takes
+ * it first, then waits for the loop's lock: taken by the watch, it walks
+ * the NIC's queue pairs before the make can go on; taken by this thread
+ * (the make's own), it waits for the make to end.
+ */
+static void add_then_watch(struct rig__consumer *self, struct rig__qp *qp)
+{
+	pthread_mutex_t *nic_lock = &watch.loop->nic->lock;
+	double end = t_now_ms() + 10000;
+
+	watch.add(self, qp);
+	self->add = watch.add;
+	sem_post(&watch.go);
+	for (; t_now_ms() < end; sched_yield()) {
+		if (pthread_mutex_trylock(nic_lock)) {
+			watch.nic_lock_taken = true;
+			return;
+		}
+		pthread_mutex_unlock(nic_lock);
+	}
+}
+
+/*
+ * rig_uring_watch arms the rings of every queue pair the loop has and will
+ * have, including one another thread (such as the loop's helper, for a
+ * connection) is making meanwhile: here the watch starts the moment the
+ * loop has been told of the new queue pair (add_then_watch). Its rings
+ * must have news once their completions come.
+ */
+Test(loop, a_queue_pair_made_as_the_watch_starts_is_armed, .timeout = 120)
+{
+	struct rig_nic *nic = t_nic_open(t_dev());
+	struct rig_ready ready[4];
+	struct rig_completion c;
+	struct rig_qp *q, *peer;
+	struct pollfd pfd;
+	struct t_buf buf;
+	bool news[2] = { false, false };
+	pthread_t t;
+	double end;
+	int i, n;
+
+	cr_assert_eq(rig_loop_open(nic, &watch.loop), 0, "%s", rig_errmsg());
+	cr_assert_eq(io_uring_queue_init(4, &watch.ring, 0), 0);
+	cr_assert_eq(sem_init(&watch.go, 0, 0), 0);
+	cr_assert_eq(pthread_create(&t, NULL, watch_main, NULL), 0);
+	watch.add = watch.loop->watcher->add;
+	watch.loop->watcher->add = add_then_watch;
+	cr_assert_eq(rig_qp_make_in(watch.loop, &q), 0, "%s", rig_errmsg());
+	pthread_join(t, NULL);
+	cr_assert_eq(watch.ret, 0, "rig_uring_watch: %s", rig_errmsg());
+	cr_assert(watch.nic_lock_taken, "in 10 s nobody took the NIC's lock");
+
+	/* Its peer is in the NIC's own loop, which nobody watches. */
+	peer = t_qp(nic);
+	t_connect(q, peer);
+	t_buf(&buf, nic, 256, 1);
+	cr_assert_eq(rig_qp_receive(q, buf.r, 0, 64), 0);
+	cr_assert_eq(rig_qp_receive(peer, buf.r, 64, 64), 0);
+	cr_assert_eq(rig_qp_send(q, buf.r, 128, 16), 0);
+	cr_assert_eq(rig_qp_send(peer, buf.r, 192, 16), 0);
+	pfd = (struct pollfd){ rig_loop_fd(watch.loop), POLLIN, 0 };
+	for (end = t_now_ms() + 10000; !news[RIG_SEND] || !news[RIG_RECEIVE];) {
+		cr_assert_lt(t_now_ms(), end, "no news of the %s ring in 10 s: never armed",
+			     news[RIG_SEND] ? "receive" : "send");
+		if (poll(&pfd, 1, 100) != 1)
+			continue;
+		n = rig_loop_handle(watch.loop, ready, 4);
+		cr_assert_geq(n, 0, "%s", rig_errmsg());
+		for (i = 0; i < n; i++) {
+			cr_assert_eq(ready[i].news, RIG_NEWS_RING);
+			cr_assert_eq(ready[i].qp, q);
+			news[ready[i].side] = true;
+			cr_assert_eq(rig_qp_poll(q, ready[i].side, &c), 1);
+			cr_assert_eq(c.error, 0, "%s", c.why);
+		}
+	}
+	io_uring_queue_exit(&watch.ring);
+	sem_destroy(&watch.go);
+	cr_assert_eq(rig_loop_close(watch.loop), 0, "%s", rig_errmsg());
 	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
 }

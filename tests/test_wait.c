@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 /* rig_qp_wait on the device (rig(7) T2). */
 #include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <liburing.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -351,6 +353,90 @@ Test(wait, T2_exited_sleepers_leave_no_fd, .init = pair_setup,
 	cr_assert_eq(after, before, "%d threads that slept once left %d fds open",
 		     THREADS, after - before);
 	cr_assert_eq(rig_qp_room(a, RIG_RECEIVE), RIG_RING_ENTRIES - 1, "the entry is still due");
+}
+
+/* ---- a poll that fails ----------------------------------------------- */
+
+/*
+ * This executable's io_uring_submit_and_wait_timeout comes before
+ * liburing's (the enter a sleep of rig_qp_wait makes). In a thread that
+ * sets fail_polls it first gives each poll it is about to submit a flag
+ * no kernel knows, so the kernel fails the poll with -EINVAL, as a kernel
+ * that refuses multishot polls does; then it calls liburing's.
+ */
+static int (*real_submit_and_wait_timeout)(struct io_uring *, struct io_uring_cqe **,
+					   unsigned, struct __kernel_timespec *, sigset_t *);
+static __thread bool fail_polls;
+static __thread int polls_failed;
+
+__attribute__((constructor)) static void find_real_submit(void)
+{
+	real_submit_and_wait_timeout =
+		(int (*)(struct io_uring *, struct io_uring_cqe **, unsigned,
+			 struct __kernel_timespec *, sigset_t *))
+			dlsym(RTLD_NEXT, "io_uring_submit_and_wait_timeout");
+}
+
+int io_uring_submit_and_wait_timeout(struct io_uring *ring, struct io_uring_cqe **cqe,
+				     unsigned wait_nr, struct __kernel_timespec *ts,
+				     sigset_t *sigmask)
+{
+	unsigned i;
+
+	for (i = ring->sq.sqe_head; fail_polls && i != ring->sq.sqe_tail; i++) {
+		struct io_uring_sqe *sqe = &ring->sq.sqes[i & *ring->sq.kring_mask];
+
+		if (sqe->opcode == IORING_OP_POLL_ADD) {
+			sqe->len |= 1u << 31;
+			polls_failed++;
+		}
+	}
+	return real_submit_and_wait_timeout(ring, cqe, wait_nr, ts, sigmask);
+}
+
+/*
+ * T2: a poll the sleep needs that fails (here every poll, -EINVAL) fails
+ * the wait with its error, at once, instead of being added again at each
+ * turn, each turn's enter returning at once, a busy loop to the bound.
+ * Then the thread's next wait starts afresh: it sleeps, and a message
+ * 100 ms into it ends it. No spin: the wait goes straight to its sleep.
+ */
+Test(wait, T2_failed_poll_fails_the_wait, .init = pair_setup, .fini = pair_teardown)
+{
+	struct sender s = { a, 100, 1 };
+	struct rig_completion c;
+	double t0, cpu0, dt, cpu_ms;
+	pthread_t t;
+	void *sent;
+	int ret;
+
+	cr_assert_not_null(real_submit_and_wait_timeout, "%s", dlerror());
+	cr_assert_eq(rig_nic_set_spin(nic, RIG_SPIN_NEVER), 0);
+	cr_assert_eq(rig_qp_receive(b, dst.r, 0, 64), 0);
+	fail_polls = true;
+	t0 = t_now_ms();
+	cpu0 = thread_cpu_ms();
+	ret = rig_qp_wait(b, RIG_RECEIVE, 2000000, &c);
+	cpu_ms = thread_cpu_ms() - cpu0;
+	dt = t_now_ms() - t0;
+	fail_polls = false;
+	cr_log_info("the wait returned %d after %.1f ms, %.1f ms of CPU, %d polls failed: %s",
+		    ret, dt, cpu_ms, polls_failed, rig_errmsg());
+	cr_assert_gt(polls_failed, 0, "the wait never submitted a poll");
+	cr_assert_eq(ret, -EINVAL, "%d: %s", ret, rig_errmsg());
+	cr_assert_not_null(strstr(rig_errmsg(), "io_uring poll of"), "%s", rig_errmsg());
+	cr_assert_lt(dt, 1000.0, "a wait whose poll failed returned after %.1f ms", dt);
+	cr_assert_lt(cpu_ms, 500.0, "a wait whose poll failed used %.1f ms of CPU", cpu_ms);
+
+	t0 = t_now_ms();
+	pthread_create(&t, NULL, send_later, &s);
+	cr_assert_eq(rig_qp_wait(b, RIG_RECEIVE, 10000000, &c), 1, "%s", rig_errmsg());
+	dt = t_now_ms() - t0;
+	pthread_join(t, &sent);
+	cr_assert_null(sent);
+	cr_assert_eq(c.error, 0);
+	cr_assert_eq(c.bytes, 64);
+	cr_assert_lt(dt, 1000.0, "woke %.1f ms after a send made at 100 ms", dt);
 }
 
 /* ---- a sleep whose io_uring_enter fails ------------------------------- */
