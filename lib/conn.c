@@ -181,26 +181,64 @@ static int same_device(const struct rig_nic *nic, const struct rdma_cm_id *id,
 	return rig__fail(ENODEV, "%s: the address is on %s, not on %s", step, dev, nic->name);
 }
 
-/*
- * Whether the peer's endpoint names the address rdma_cm connected to:
- * RoCE's GID of an IPv6 address is the address, of an IPv4 one
- * ::ffff:a.b.c.d. The endpoint is the peer's word; the address is what
- * the network delivered. Only then may its QPN make it one of ours (M4).
- */
-static bool gid_is_peer_address(struct rdma_cm_id *id, const struct rig_endpoint *peer)
+/* RoCE's GID of an address: an IPv6 address is its own, an IPv4 one is
+ * ::ffff:a.b.c.d. False for any other family. */
+static bool gid_of_address(const struct sockaddr *sa, uint8_t gid[16])
 {
-	const struct sockaddr *sa = rdma_get_peer_addr(id);
-	uint8_t gid[16] = { 0 };
-
+	memset(gid, 0, 16);
 	if (sa->sa_family == AF_INET) {
 		gid[10] = gid[11] = 0xff;
 		memcpy(gid + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
-	} else if (sa->sa_family == AF_INET6) {
-		memcpy(gid, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
-	} else {
-		return false;
+		return true;
 	}
-	return !memcmp(gid, peer->gid, 16);
+	if (sa->sa_family == AF_INET6) {
+		memcpy(gid, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+		return true;
+	}
+	return false;
+}
+
+/*
+ * Whether the peer's endpoint names the address rdma_cm connected to. The
+ * endpoint is the peer's word; the address is what the network delivered.
+ * Only then may its QPN make it one of ours (M4).
+ */
+static bool gid_is_peer_address(struct rdma_cm_id *id, const struct rig_endpoint *peer)
+{
+	uint8_t gid[16];
+
+	return gid_of_address(rdma_get_peer_addr(id), gid) && !memcmp(gid, peer->gid, 16);
+}
+
+/*
+ * What rdma_cm resolved for the connection, as it would set it in the
+ * RTR step: the index of the source GID, the traffic class (the ToS of
+ * the id, or the device's default_roce_tos) and the hop limit. A port
+ * with several addresses has a GID for each, and the peer may reach only
+ * the one it connected to (another subnet, a VLAN kept for RoCE).
+ */
+static int resolved_route(struct conn *c, struct rig__route *r)
+{
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_RTR };
+	struct rig_nic *nic = c->loop->nic;
+	union ibv_gid gid;
+	int mask = 0;
+
+	if (rdma_init_qp_attr(c->id, &attr, &mask))
+		return rig__fail(errno, "%s: rdma_init_qp_attr: %s", step_name(c),
+				 strerror(errno));
+	if (!(mask & IBV_QP_AV) || !attr.ah_attr.is_global)
+		return rig__fail(EPROTO, "%s: rdma_cm resolved no global route", step_name(c));
+	/* The endpoint we sent names our address's GID; the packets must
+	 * come from it. */
+	if (ibv_query_gid(nic->ctx, nic->port, attr.ah_attr.grh.sgid_index, &gid) ||
+	    memcmp(gid.raw, c->qp->self.gid, 16))
+		return rig__fail(EPROTO, "%s: rdma_cm's source GID (index %u of %s port %u) "
+				 "is not the GID of the connection's address",
+				 step_name(c), attr.ah_attr.grh.sgid_index, nic->name, nic->port);
+	*r = (struct rig__route){ attr.ah_attr.grh.sgid_index, attr.ah_attr.grh.traffic_class,
+				  attr.ah_attr.grh.hop_limit, attr.ah_attr.grh.flow_label };
+	return 0;
 }
 
 static void conn_param(struct rdma_conn_param *p, const uint8_t *priv,
@@ -504,17 +542,31 @@ static const char *departure_why(enum rdma_cm_event_type type)
 /* The slow parts of the steps; 0 or -errno. */
 static int make_qp(struct conn *c)
 {
+	struct rig_nic *nic = c->loop->nic;
 	struct rig_qp *qp;
+	uint8_t gid[16];
 	int ret = rig_qp_make_in(c->loop, &qp);
 
-	if (!ret)
-		c->qp = rig__qp(qp);
-	return ret;
+	if (ret)
+		return ret;
+	c->qp = rig__qp(qp);
+	/* Its endpoint names the address rdma_cm uses on our side, which
+	 * need not be the NIC's first. Under the NIC's lock: M4's check of
+	 * other connections reads it. */
+	if (gid_of_address(rdma_get_local_addr(c->id), gid)) {
+		pthread_mutex_lock(&nic->lock);
+		memcpy(c->qp->self.gid, gid, 16);
+		pthread_mutex_unlock(&nic->lock);
+	}
+	return 0;
 }
 
 static int connect_qp(struct conn *c)
 {
-	return rig__qp_connect(&c->qp->pub, &c->peer, c->may_be_local);
+	struct rig__route route;
+	int ret = resolved_route(c, &route);
+
+	return ret ? ret : rig__qp_connect(&c->qp->pub, &c->peer, c->may_be_local, &route);
 }
 
 static int make_and_connect_qp(struct conn *c)

@@ -327,9 +327,16 @@ int rig__events_cm_channel(struct rig_loop *loop,
 			   const struct rig__cm_consumer *consumer);
 
 /* qp.c: rig_qp_connect(), with M4's "same NIC" allowed only if
- * @may_be_local; destroys and frees a queue pair. */
+ * @may_be_local, and the route rdma_cm resolved (NULL: the NIC's GID,
+ * traffic class 0, hop limit 64); destroys and frees a queue pair. */
+struct rig__route {
+	uint8_t sgid_index;
+	uint8_t traffic_class;
+	uint8_t hop_limit;
+	uint32_t flow_label;
+};
 int rig__qp_connect(struct rig_qp *qp, const struct rig_endpoint *peer,
-		    bool may_be_local);
+		    bool may_be_local, const struct rig__route *route);
 int rig__qp_free(struct rig__qp *qp);
 
 /* loop.c: queues @n for the application if it is not queued yet; runs

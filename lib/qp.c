@@ -148,13 +148,14 @@ static int peer_is_own(struct rig_nic *nic, const struct rig_endpoint *peer)
 	struct rig__list *l;
 	int own = 0;
 
-	if (memcmp(peer->gid, nic->gid.raw, 16))
-		return 0;
+	/* The GID each queue pair gives in its endpoint: the NIC's, or the
+	 * address a connection by address used (conn.c). */
 	pthread_mutex_lock(&nic->lock);
 	for (l = nic->qps.next; l != &nic->qps && !own; l = l->next) {
 		struct rig__qp *qp = container_of(l, struct rig__qp, link);
 
-		own = qp->self.qp == peer->qp && qp->state != RIG__DESTROYED;
+		own = qp->self.qp == peer->qp && !memcmp(qp->self.gid, peer->gid, 16) &&
+		      qp->state != RIG__DESTROYED;
 	}
 	pthread_mutex_unlock(&nic->lock);
 	return own;
@@ -170,9 +171,11 @@ static int modify(struct rig__qp *qp, struct ibv_qp_attr *attr, int mask,
 
 /* rig_qp_connect(), where a peer that names one of this NIC's own queue
  * pairs is believed (M4) only if @may_be_local: a connection by address
- * says no when the endpoint's GID is not the address it connected to. */
+ * says no when the endpoint's GID is not the address it connected to.
+ * @route, if set, is what rdma_cm resolved for it: the source GID, the
+ * traffic class and the hop limit; else the NIC's GID, 0 and 64. */
 int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
-		    bool may_be_local)
+		    bool may_be_local, const struct rig__route *route)
 {
 	struct rig__qp *qp;
 	struct rig_nic *nic;
@@ -224,8 +227,10 @@ int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
 	a.min_rnr_timer = RIG_MIN_RNR_TIMER;
 	a.ah_attr.is_global = 1;
 	memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
-	a.ah_attr.grh.sgid_index = nic->gid_index;
-	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.grh.sgid_index = route ? route->sgid_index : nic->gid_index;
+	a.ah_attr.grh.hop_limit = route ? route->hop_limit : 64;
+	a.ah_attr.grh.traffic_class = route ? route->traffic_class : 0;
+	a.ah_attr.grh.flow_label = route ? route->flow_label : 0;
 	a.ah_attr.port_num = nic->port;
 	ret = modify(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
 		     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -257,7 +262,7 @@ int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
 RIG_EXPORT __cold int rig_qp_connect(struct rig_qp *pub,
 				     const struct rig_endpoint *peer)
 {
-	return rig__qp_connect(pub, peer, true);
+	return rig__qp_connect(pub, peer, true, NULL);
 }
 
 static void destroy_cqs(struct rig__qp *qp)
