@@ -201,10 +201,13 @@ enum {
 	RIG__EVENT = 1 << 2,	/* an async event failed it: apply in poll */
 };
 
-/* Where a failure came from. After the last three the library no longer
- * trusts the NIC to complete what is due, and completes it itself (F2, F6). */
+/* Where a failure came from. A flush and a refused post are failures
+ * whose reason has not been seen: a reason found later replaces them
+ * (F3). After the last three the library no longer trusts the NIC to
+ * complete what is due, and completes it itself (F2, F6). */
 enum rig__cause { RIG__CAUSE_NONE, RIG__CAUSE_ENTRY, RIG__CAUSE_FLUSH,
-		  RIG__CAUSE_KIND, RIG__CAUSE_EVENT, RIG__CAUSE_DEVICE };
+		  RIG__CAUSE_REFUSED, RIG__CAUSE_KIND, RIG__CAUSE_EVENT,
+		  RIG__CAUSE_DEVICE };
 
 /* Who owns a queue pair besides the application: a connection (conn.c)
  * releases its rdma_cm id when the queue pair goes. */

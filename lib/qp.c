@@ -8,8 +8,10 @@
  * hook, called when it is destroyed.
  */
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 
 #include "internal.h"
 
@@ -26,6 +28,42 @@
  */
 #define RIG_MIN_RNR_TIMER 12
 
+/*
+ * What one queue pair of rig pins, on the NICs that pin queue memory
+ * (rxe does not): about 2 MiB. bnxt_re (rdma-core providers/bnxt_re/
+ * verbs.c, bnxt_re_alloc_queues, static WQE mode) rounds 4095 + 1 send
+ * entries plus its full-queue delta up to 8192 slots of 128 bytes: a
+ * 1 MiB send queue, with its PSN table after it; 4096 receive entries of
+ * 128 bytes, 512 KiB; and each CQ 4096 CQEs (bnxt_re_create_cq:
+ * roundup_pow_of_two(ncqe + 1)) of 32 or 64 bytes. mlx5 needs about
+ * half of that (64-byte send WQEs, 64-byte CQEs).
+ */
+#define RIG_QP_PINNED "up to about 2 MiB"
+
+/*
+ * A make the NIC refused at @step with @err. ENOMEM from creating a CQ or
+ * a QP is most often the pinning of its queues refused: the kernel counts
+ * them against RLIMIT_MEMLOCK (ib_umem_get), and a program that is not
+ * root has 8 MiB by default, three or four queue pairs.
+ */
+static int make_refused(int err, struct rig_nic *nic, const char *step)
+{
+	struct rlimit rl;
+	char now[32] = "unknown";
+
+	if (err != ENOMEM)
+		return rig__fail_verbs(err, nic, step);
+	if (!getrlimit(RLIMIT_MEMLOCK, &rl)) {
+		if (rl.rlim_cur == RLIM_INFINITY)
+			snprintf(now, sizeof(now), "unlimited");
+		else
+			snprintf(now, sizeof(now), "%llu KiB",
+				 (unsigned long long)rl.rlim_cur / 1024);
+	}
+	return rig__fail(err, "%s refused by %s: %s; queue memory is pinned and counts against RLIMIT_MEMLOCK (%s now; a queue pair needs %s on mlx5 and bnxt_re): raise `ulimit -l`",
+			 step, nic->name, strerror(err), now, RIG_QP_PINNED);
+}
+
 static int ring_init(struct rig__qp *qp, struct rig__ring *ring)
 {
 	struct rig_nic *nic = qp->nic;
@@ -37,7 +75,7 @@ static int ring_init(struct rig__qp *qp, struct rig__ring *ring)
 				 qp->loop->comp_vector);
 	if (!ring->cq) {
 		free(ring->slot);
-		return rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_create_cq");
+		return make_refused(errno ? errno : ENOMEM, nic, "ibv_create_cq");
 	}
 	return 0;
 }
@@ -90,7 +128,7 @@ RIG_EXPORT __cold int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out)
 	attr.sq_sig_all = 1;	/* every entry gets a completion (Q2) */
 	qp->pub.ibqp = ibv_create_qp(nic->pd, &attr);
 	if (!qp->pub.ibqp) {
-		ret = rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_create_qp");
+		ret = make_refused(errno ? errno : ENOMEM, nic, "ibv_create_qp");
 		goto out_receive_ring;
 	}
 	qp->pub.nic = nic;

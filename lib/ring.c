@@ -22,7 +22,11 @@
  *     an error CQE of the same failure found there wins (F3);
  *   - after a completion of an unknown kind, an async event or a device
  *     failure, the NIC is no longer trusted: both CQs are reaped once more,
- *     then every later CQE is dropped (F2).
+ *     then every later CQE is dropped (F2);
+ *   - a provider that refuses a post rig checked, as invalid, has failed
+ *     the queue pair on its own (bnxt_re before rdma-core 47): the post
+ *     is accepted as on any failed queue pair (F5), and the failure is
+ *     the refusal until a reason turns up (post_refused_failed).
  * None of this makes a system call or a control request (T3).
  */
 #include <string.h>
@@ -74,6 +78,7 @@ static const char *const cause_names[] = {
 	[RIG__CAUSE_NONE] = "",
 	[RIG__CAUSE_ENTRY] = "; an error completion",
 	[RIG__CAUSE_FLUSH] = "; a flush, no reason seen",
+	[RIG__CAUSE_REFUSED] = "; a refused post, no reason seen",
 	[RIG__CAUSE_KIND] = "; a completion of an unknown kind",
 	[RIG__CAUSE_EVENT] = "; an async event",
 	[RIG__CAUSE_DEVICE] = "; the device",
@@ -84,16 +89,22 @@ static int failed(const struct rig__qp *qp)
 	return qp->cause != RIG__CAUSE_NONE;
 }
 
+/* A failure whose reason has not been seen: a flush, a refused post. */
+static bool bare(enum rig__cause cause)
+{
+	return cause == RIG__CAUSE_FLUSH || cause == RIG__CAUSE_REFUSED;
+}
+
 /* Records a failure; true if it is the queue pair's first. */
 static bool record(struct rig__qp *qp, enum rig__cause cause, int error,
 		   const char *why, int wc_status)
 {
 	bool first = !failed(qp);
 
-	/* The first failure wins, except that a bare flush is only a
-	 * failure whose reason has not been seen yet, and a reason CQE
-	 * may land after the flush was taken: the real reason replaces it
-	 * (F3). bnxt_re gives flushes before their reason often: its
+	/* The first failure wins, except that a bare flush (or a refused
+	 * post: see post_refused_failed) is only a failure whose reason
+	 * has not been seen yet, and a reason CQE may land after the flush
+	 * was taken: the real reason replaces it (F3). bnxt_re gives flushes before their reason often: its
 	 * provider (rdma-core 50 on, providers/bnxt_re/verbs.c) links the
 	 * queue pair onto its CQs' software flush lists inside
 	 * ibv_get_async_event (bnxt_re_async_event) and when it reads an
@@ -101,12 +112,13 @@ static bool record(struct rig__qp *qp, enum rig__cause cause, int error,
 	 * (bnxt_re_poll_cq, bnxt_re_poll_flush_lists), with no completion
 	 * event; a poll between the read of the async event and rig's
 	 * record of it takes them. */
-	if (failed(qp) && (qp->cause != RIG__CAUSE_FLUSH ||
-			   cause == RIG__CAUSE_FLUSH))
+	if (failed(qp) && (!bare(qp->cause) || bare(cause)))
 		return false;
 	rig__log(RIG_LOG_WARN, "%s: queue pair 0x%06x failed%s: %s (%s)%s",
 		 qp->nic->name, qp->pub.ibqp->qp_num,
-		 failed(qp) ? ", the reason of its flush found" : "",
+		 !failed(qp) ? "" : qp->cause == RIG__CAUSE_FLUSH ?
+		 ", the reason of its flush found" :
+		 ", the reason of its refused post found",
 		 strerror(error), why, cause_names[cause]);
 	qp->cause = cause;
 	qp->error = -error;
@@ -456,12 +468,45 @@ static int chain_taken(struct rig__qp *qp, const void *first, size_t size,
 	return count;
 }
 
+static const char *const refused_failed =
+	"the NIC refused a post as invalid: its queue pair had failed, for a reason not seen yet";
+
+/*
+ * A request rig checked itself (the queue pair connected, its regions
+ * live, its bytes inside them, the ring with room, one gather entry, an
+ * opcode rig uses) that the provider refused with EINVAL: the provider
+ * has moved the queue pair to the error state on its own and refuses
+ * posts there. bnxt_re does so up to rdma-core 46 (providers/bnxt_re/
+ * verbs.c: bnxt_re_post_send refuses unless the queue pair is RTS or SQD,
+ * bnxt_re_post_recv refuses in ERR, each with *bad and EINVAL), and its
+ * poll moves the queue pair to ERR when it reads an error CQE
+ * (bnxt_re_poll_err_scqe, bnxt_re_poll_err_rcqe) or a terminal CQE,
+ * which it gives the caller no completion for (bnxt_re_poll_term_cqe):
+ * a poll that returned nothing may have failed the queue pair, and only
+ * the next post tells. So the queue pair has failed (F1) and the post is
+ * accepted (F5). The CQs are read first, as for a flush: an error CQE
+ * there is the failure; else the failure is the refusal, with no reason
+ * yet, and a reason that turns up later replaces it (F3). Any other
+ * errno (a provider's full queue: ENOMEM) refuses this post only.
+ * Returns true when the queue pair has failed.
+ */
+static bool post_refused_failed(struct rig__qp *qp, int ret)
+{
+	if (ret != EINVAL || qp->state != RIG__CONNECTED)
+		return false;
+	reap(qp, RIG_SEND);
+	reap(qp, RIG_RECEIVE);
+	rig__qp_failed(qp, RIG__CAUSE_REFUSED, ECANCELED, refused_failed, -1);
+	return true;
+}
+
 RIG_EXPORT __cold int rig__qp_post_refused(struct rig_qp *pub, enum rig__op op,
 					   const void *wr, const void *bad, int ret)
 {
 	enum rig_side side = op == RIG__OP_RECEIVE ? RIG_RECEIVE : RIG_SEND;
 
-	if (!chain_taken(rig__qp(pub), wr, 1, 1, bad, ret))
+	if (!chain_taken(rig__qp(pub), wr, 1, 1, bad, ret) &&
+	    !post_refused_failed(rig__qp(pub), ret))
 		return rig__fail_verbs(ret, rig__qp(pub)->nic,
 				       side == RIG_RECEIVE ? "ibv_post_recv" : "ibv_post_send");
 	/* Accepted: its completion carries the failure (F5). */
@@ -531,12 +576,17 @@ static int batch_prepare(struct rig_qp *pub, enum rig_side side,
 }
 
 /* After ibv_post_*: the NIC took the chain @wr of @count requests of
- * @size bytes, or the part of it before @bad when it refused (@ret). */
+ * @size bytes, or the part of it before @bad when it refused (@ret);
+ * when the refusal says the queue pair failed, the rest are accepted
+ * too (F5). */
 static int batch_posted(struct rig_qp *pub, enum rig_side side, const void *wr,
 			size_t size, int count, const void *bad, int ret)
 {
 	int taken = ret ? chain_taken(rig__qp(pub), wr, size, count, bad, ret)
 			: count;
+
+	if (taken < count && post_refused_failed(rig__qp(pub), ret))
+		taken = count;
 
 	pub->ring[side].head += taken;
 	if (taken)

@@ -16,10 +16,14 @@ static void *grow(void *a, size_t *cap, size_t need, size_t size)
 	return a;
 }
 
+/* The wr_id of a terminal CQE (fake_terminal): no request has it. */
+#define FAKE_TERMINAL UINT64_MAX
+
 static int fake_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 {
 	struct fake_cq *cq = container_of(ibcq, struct fake_cq, cq);
 	size_t end = cq->hold ? cq->held : cq->last;
+	const struct ibv_wc *w;
 	int i;
 
 	cq->polls++;
@@ -30,8 +34,13 @@ static int fake_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		cq->fail = 0;
 		return i;
 	}
-	for (i = 0; i < n && cq->first < end; i++)
-		wc[i] = cq->wc[cq->first++];
+	for (i = 0; i < n && cq->first < end;) {
+		w = &cq->wc[cq->first++];
+		if (w->status != IBV_WC_SUCCESS)
+			cq->fake->ibqp.state = IBV_QPS_ERR;
+		if (w->wr_id != FAKE_TERMINAL)
+			wc[i++] = *w;
+	}
 	return i;
 }
 
@@ -80,6 +89,11 @@ static int fake_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	int i;
 
 	for (i = 0; wr; wr = wr->next, i++) {
+		if (f->profile == FAKE_BNXT_RE_44 && f->ibqp.state != IBV_QPS_RTS &&
+		    f->ibqp.state != IBV_QPS_SQD) {
+			*bad = wr;
+			return EINVAL;
+		}
 		if (ring->outcome == FAKE_REFUSE && i == ring->at) {
 			*bad = wr;
 			return served(ring);
@@ -104,6 +118,11 @@ static int fake_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 	int i;
 
 	for (i = 0; wr; wr = wr->next, i++) {
+		if (f->profile == FAKE_BNXT_RE_44 && (f->ibqp.state == IBV_QPS_RESET ||
+						      f->ibqp.state == IBV_QPS_ERR)) {
+			*bad = wr;
+			return EINVAL;
+		}
 		if (ring->outcome == FAKE_REFUSE && i == ring->at) {
 			*bad = wr;
 			return served(ring);
@@ -133,6 +152,8 @@ void fake_reset(struct fake *f)
 	f->q.pub.nic = &f->nic;
 	f->q.pub.local = 1;
 	f->q.pub.msg_max = f->nic.msg_max;
+	f->ibqp.state = IBV_QPS_RTS;
+	f->profile = FAKE_PLAIN;
 	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
 		struct fake_ring *ring = &f->ring[side];
 
@@ -174,6 +195,7 @@ struct fake *fake_new(void)
 	cr_assert_not_null(f->r.addr, "fake: out of memory");
 	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
 		f->ring[side].cq.cq.context = &f->ctx;
+		f->ring[side].cq.fake = f;
 		f->ring[side].cq.cq.cqe = RIG_RING_ENTRIES;
 		f->q.pub.ring[side].slot = calloc(RIG__SLOTS, sizeof(struct rig__slot));
 		cr_assert_not_null(f->q.pub.ring[side].slot, "fake: out of memory");
@@ -208,6 +230,16 @@ void fake_doorbell_fails(struct fake *f, enum rig_side side, int ret)
 {
 	f->ring[side].outcome = FAKE_DOORBELL;
 	f->ring[side].ret = ret;
+}
+
+void fake_profile(struct fake *f, enum fake_profile profile)
+{
+	f->profile = profile;
+}
+
+void fake_terminal(struct fake *f, enum rig_side side)
+{
+	fake_cqe(f, side, FAKE_TERMINAL, IBV_WC_GENERAL_ERR, 0, 0, 0);
 }
 
 void fake_cq_fails(struct fake *f, enum rig_side side, int ret)

@@ -39,8 +39,24 @@ enum fake_outcome {
 				 * NULL, returns @ret */
 };
 
+/*
+ * Whose provider the fake NIC plays, where they differ.
+ * FAKE_BNXT_RE_44: bnxt_re of rdma-core 44 (Debian 12), whose poll moves
+ * the queue pair to ERR when it reads an error CQE or a terminal CQE
+ * (providers/bnxt_re/verbs.c: bnxt_re_poll_err_scqe, bnxt_re_poll_err_rcqe,
+ * bnxt_re_poll_term_cqe, which gives the caller no completion), and whose
+ * posts then refuse every request: bnxt_re_post_send unless the queue
+ * pair is RTS or SQD, bnxt_re_post_recv in RESET or ERR, each pointing
+ * *bad at the first request and returning EINVAL. rdma-core 47 dropped
+ * those checks (2494b5be6, "bnxt_re/lib: Remove the unwanted checks from
+ * data path").
+ */
+enum fake_profile { FAKE_PLAIN, FAKE_BNXT_RE_44 };
+
+struct fake;
 struct fake_cq {
 	struct ibv_cq cq;		/* what the library holds */
+	struct fake *fake;
 	struct ibv_wc *wc;		/* scripted CQEs; [first, last) not polled */
 	size_t first, last, cap;
 	int fail;			/* < 0: the next poll returns it */
@@ -66,6 +82,7 @@ struct fake {
 	struct ibv_context ctx;
 	struct ibv_qp ibqp;
 	struct fake_ring ring[2];	/* indexed by enum rig_side */
+	enum fake_profile profile;
 };
 
 #define FAKE_REGION_LEN 65536
@@ -92,6 +109,14 @@ void fake_cq_fails(struct fake *f, enum rig_side side, int ret);
  * NIC's may.
  */
 void fake_hold(struct fake *f, enum rig_side side, int polls);
+
+/* Plays @profile's provider from now on; fake_reset() sets FAKE_PLAIN. */
+void fake_profile(struct fake *f, enum fake_profile profile);
+
+/* Writes to @side's CQ a terminal CQE: the poll that reads it moves the
+ * queue pair to ERR (f->ibqp.state) and gives the library nothing, as
+ * bnxt_re_poll_term_cqe does. An error CQE moves it to ERR too. */
+void fake_terminal(struct fake *f, enum rig_side side);
 
 /* Writes a CQE of any content to @side's CQ. */
 void fake_cqe(struct fake *f, enum rig_side side, uint64_t wr_id,

@@ -4,8 +4,10 @@
  * caller's mistakes (rig(7) Q, M1-M5, P, T1, T3, D1). Failures are in
  * test_fail.c, the two-host rules in test_remote.c.
  */
+#define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <signal.h>
@@ -15,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -345,6 +348,134 @@ Test(make, M1_M2_endpoint)
 	}
 	cr_assert(memcmp(e[0].mac, (uint8_t[6]){ 0 }, 6), "no MAC address");
 	cr_assert_eq(rig_nic_close(nic), 0, "close with queue pairs alive");
+}
+
+/*
+ * The verbs calls that make a queue pair's queues, interposed: librig
+ * calls them through its PLT, so these come first. @fail_cq and @fail_qp
+ * fail the n-th call from now (1: the next) with @err, as the kernel
+ * fails them when it cannot pin the queues (ib_umem_get: ENOMEM beyond
+ * RLIMIT_MEMLOCK, on mlx5 and bnxt_re; rxe pins nothing). @made and
+ * @destroyed count the real CQs and QPs made and destroyed meanwhile.
+ */
+static struct {
+	int fail_cq, fail_qp, err;
+	int made, destroyed;
+} pin;
+
+struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+			     struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct ibv_cq *(*real)(struct ibv_context *, int, void *,
+			       struct ibv_comp_channel *, int) =
+		(struct ibv_cq *(*)(struct ibv_context *, int, void *,
+				    struct ibv_comp_channel *, int))
+		dlsym(RTLD_NEXT, "ibv_create_cq");
+	struct ibv_cq *cq;
+
+	if (pin.fail_cq && !--pin.fail_cq) {
+		errno = pin.err;
+		return NULL;
+	}
+	cq = real(ctx, cqe, cq_context, channel, comp_vector);
+	pin.made += cq != NULL;
+	return cq;
+}
+
+int ibv_destroy_cq(struct ibv_cq *cq)
+{
+	int (*real)(struct ibv_cq *) =
+		(int (*)(struct ibv_cq *))dlsym(RTLD_NEXT, "ibv_destroy_cq");
+	int ret = real(cq);
+
+	pin.destroyed += !ret;
+	return ret;
+}
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct ibv_qp *(*real)(struct ibv_pd *, struct ibv_qp_init_attr *) =
+		(struct ibv_qp *(*)(struct ibv_pd *, struct ibv_qp_init_attr *))
+		dlsym(RTLD_NEXT, "ibv_create_qp");
+	struct ibv_qp *qp;
+
+	if (pin.fail_qp && !--pin.fail_qp) {
+		errno = pin.err;
+		return NULL;
+	}
+	qp = real(pd, attr);
+	pin.made += qp != NULL;
+	return qp;
+}
+
+/* Makes a queue pair with the @nth CQ or QP refused with @err; checks it
+ * fails with -@err and gives back every CQ it made; returns the message. */
+static const char *make_refused(int fail_cq, int fail_qp, int err,
+				const char *step)
+{
+	struct rig_qp *qp = NULL;
+	const char *msg;
+	int ret;
+
+	pin.fail_cq = fail_cq;
+	pin.fail_qp = fail_qp;
+	pin.err = err;
+	pin.made = pin.destroyed = 0;
+	ret = rig_qp_make(nic, &qp);
+	msg = rig_errmsg();
+	cr_assert_eq(ret, -err, "rig_qp_make: %d, not %d (%s)", ret, -err, msg);
+	cr_assert_null(qp);
+	cr_assert_eq(pin.fail_cq + pin.fail_qp, 0, "the refusal was not reached");
+	cr_assert_eq(pin.made, fail_cq ? fail_cq - 1 : 2);
+	cr_assert_eq(pin.destroyed, pin.made, "made %d CQs, gave back %d",
+		     pin.made, pin.destroyed);
+	cr_assert_not_null(strstr(msg, step), "%s", msg);
+	return msg;
+}
+
+/*
+ * M1, C1: mlx5 and bnxt_re pin each queue pair's queues (up to about
+ * 2 MiB for rig's 4095-entry rings: providers/bnxt_re/verbs.c,
+ * bnxt_re_alloc_queues, rounds the send queue up to 8192 128-byte slots),
+ * and the kernel counts them against RLIMIT_MEMLOCK, so a program with
+ * the default 8 MiB gets ENOMEM from ibv_create_cq or ibv_create_qp after
+ * a few queue pairs. The message says so: the limit, its value now and
+ * what a queue pair needs. Any other refusal keeps the plain message, and
+ * a refused make leaks nothing: the next one works.
+ */
+Test(make, M1_C1_enomem_names_rlimit_memlock)
+{
+	struct rlimit rl;
+	const char *msg;
+	struct rig_qp *qp;
+
+	nic = t_nic_open(t_dev());
+	cr_assert_eq(getrlimit(RLIMIT_MEMLOCK, &rl), 0);
+	rl.rlim_cur = 8 * MiB;
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < rl.rlim_cur)
+		rl.rlim_cur = rl.rlim_max;
+	cr_assert_eq(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
+
+	msg = make_refused(1, 0, ENOMEM, "ibv_create_cq refused by ");
+	cr_assert_not_null(strstr(msg, "Cannot allocate memory; queue memory is pinned"), "%s", msg);
+	if (rl.rlim_cur == 8 * MiB)
+		cr_assert_not_null(strstr(msg, "RLIMIT_MEMLOCK (8192 KiB now; a queue pair needs up to about 2 MiB on mlx5 and bnxt_re): raise `ulimit -l`"),
+				   "%s", msg);
+	make_refused(2, 0, ENOMEM, "RLIMIT_MEMLOCK (");
+	msg = make_refused(0, 1, ENOMEM, "ibv_create_qp refused by ");
+	cr_assert_not_null(strstr(msg, "RLIMIT_MEMLOCK ("), "%s", msg);
+	msg = make_refused(0, 1, EINVAL, "ibv_create_qp refused by ");
+	cr_assert_null(strstr(msg, "RLIMIT_MEMLOCK"), "%s", msg);
+	if (rl.rlim_max == RLIM_INFINITY) {
+		rl.rlim_cur = RLIM_INFINITY;
+		cr_assert_eq(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
+		msg = make_refused(0, 1, ENOMEM, "RLIMIT_MEMLOCK (unlimited now;");
+	}
+
+	qp = t_qp(nic);
+	t_connect(qp, qp);
+	cr_assert_eq(rig_qp_destroy(qp), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
 }
 
 /* Checks that no post changed anything: rooms full, and the next real

@@ -366,6 +366,156 @@ Test(replay, F5_F6_batch_queued_but_its_doorbell_failed)
 	expect_failure(-EIO, -1);
 }
 
+/*
+ * F1, F5: bnxt_re of rdma-core before 47 (Debian 12 ships 44) moves the
+ * queue pair to ERR in its poll, even a poll that gives the library
+ * nothing (a terminal CQE: providers/bnxt_re/verbs.c, bnxt_re_poll_term_cqe),
+ * and then refuses every post: bnxt_re_post_send unless the queue pair is
+ * RTS or SQD, bnxt_re_post_recv in ERR, each with *bad set and EINVAL
+ * (see FAKE_BNXT_RE_44 in fake_verbs.h). A post rig checked that the
+ * provider refuses as invalid is a failed queue pair's post: accepted, and
+ * completed in order with the failure's error, which is the refusal's
+ * (-ECANCELED, no reason seen) while no reason is found. Another refusal
+ * (a provider's full queue, ENOMEM) still refuses that one post on a
+ * healthy queue pair.
+ */
+static const char *refused_after_terminal(void)
+{
+	const char *why;
+
+	fake_profile(f, FAKE_BNXT_RE_44);
+	post_one(RIG_SEND, 10);
+	post_one(RIG_SEND, 11);
+	post_one(RIG_RECEIVE, 20);
+	fake_refuse(f, RIG_SEND, 0, ENOMEM);
+	cr_assert_eq(rig_qp_send(f->qp, &f->r, 0, 12), -ENOMEM);
+	expect_failure(0, -1);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_SUCCESS);
+	expect_ok(RIG_SEND, 10);
+
+	/* The NIC fails the queue pair; the poll that learns it says nothing. */
+	fake_terminal(f, RIG_RECEIVE);
+	expect_none(RIG_RECEIVE);
+	cr_assert_eq(f->ibqp.state, IBV_QPS_ERR);
+	expect_failure(0, -1);
+
+	cr_assert_eq(rig_qp_send(f->qp, &f->r, 0, 12), 0, "%s", rig_errmsg());
+	expect_failure(-ECANCELED, -1);
+	cr_assert_eq(rig_qp_read(f->qp, &f->r, 0, &f->r, 100, 13), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_receive(f->qp, &f->r, 0, 21), 0, "%s", rig_errmsg());
+	cr_assert_eq(f->ring[RIG_SEND].nreq, 2);
+	cr_assert_eq(f->ring[RIG_RECEIVE].nreq, 1);
+	expect_room(RIG_SEND, RIG_RING_ENTRIES - 3);
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES - 2);
+
+	/* bnxt_re flushes what it held (bnxt_re_poll_flush_lists). */
+	fake_complete(f, RIG_SEND, 1, IBV_WC_WR_FLUSH_ERR);
+	fake_complete(f, RIG_RECEIVE, 1, IBV_WC_WR_FLUSH_ERR);
+	why = expect(RIG_SEND, -ECANCELED, 0);
+	cr_assert_not_null(strstr(why, "refused a post"), "%s", why);
+	return why;
+}
+
+Test(replay, F1_F5_a_post_refused_after_bnxt_re_failed_the_qp)
+{
+	const char *why = refused_after_terminal();
+
+	expect_failed(RIG_SEND, 2, -ECANCELED, why);
+	expect_failed(RIG_RECEIVE, 2, -ECANCELED, why);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_room(RIG_SEND, RIG_RING_ENTRIES);
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES);
+	expect_failure(-ECANCELED, -1);
+	/* Posts from now on reach no NIC (F5). */
+	post_one(RIG_RECEIVE, 22);
+	cr_assert_eq(f->ring[RIG_RECEIVE].nreq, 1);
+	expect_failed(RIG_RECEIVE, 1, -ECANCELED, why);
+}
+
+/*
+ * F5: the batch paths take a refused chain the same way: the whole batch
+ * is accepted and completes in order with its cookies.
+ */
+Test(replay, F1_F5_a_batch_refused_after_bnxt_re_failed_the_qp)
+{
+	struct rig_completion c[RIG_BATCH_MAX];
+	uint64_t cookie[RIG_BATCH_MAX];
+	struct rig_post p[4];
+	const char *why;
+	int i, side;
+
+	fake_profile(f, FAKE_BNXT_RE_44);
+	post_one(RIG_RECEIVE, 10);
+	fake_terminal(f, RIG_RECEIVE);
+	expect_none(RIG_RECEIVE);
+	batch(p, 4, 20, 200);
+	cr_assert_eq(rig_qp_receive_batch(f->qp, p, 4), 4, "%s", rig_errmsg());
+	expect_failure(-ECANCELED, -1);
+	batch(p, 3, 30, 300);
+	cr_assert_eq(rig_qp_send_batch(f->qp, p, 3), 3, "%s", rig_errmsg());
+	cr_assert_eq(f->ring[RIG_SEND].nreq, 0);
+	cr_assert_eq(f->ring[RIG_RECEIVE].nreq, 1);
+	fake_complete(f, RIG_RECEIVE, 1, IBV_WC_WR_FLUSH_ERR);
+	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
+		int n = side == RIG_SEND ? 3 : 5;
+
+		cr_assert_eq(rig_qp_poll_batch(f->qp, side, c, cookie, RIG_BATCH_MAX), n);
+		why = c[0].why;
+		cr_assert_not_null(strstr(why, "refused a post"), "%s", why);
+		for (i = 0; i < n; i++) {
+			cr_assert_eq(c[i].error, -ECANCELED);
+			cr_assert_eq(c[i].why, why);
+			cr_assert_eq(cookie[i], side == RIG_SEND ? 300 + i
+					   : i ? 200 + i - 1 : 0);
+		}
+		expect_none(side);
+	}
+	expect_failure(-ECANCELED, -1);
+}
+
+/*
+ * F3: the refusal is a failure whose reason is not seen yet. An error CQE
+ * waiting in a CQ when the post is refused is the failure at once; one
+ * that lands later replaces the refusal for the completions still to
+ * come, as a reason replaces a bare flush.
+ */
+static void refused_then_reason(bool late)
+{
+	const char *why;
+
+	fake_profile(f, FAKE_BNXT_RE_44);
+	post_one(RIG_SEND, 10);
+	post_one(RIG_RECEIVE, 20);
+	fake_terminal(f, RIG_RECEIVE);
+	expect_none(RIG_RECEIVE);
+	if (late)	/* lands after the refusal read the send CQ once */
+		fake_hold(f, RIG_SEND, 1);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_RETRY_EXC_ERR);
+	cr_assert_eq(rig_qp_send(f->qp, &f->r, 0, 11), 0, "%s", rig_errmsg());
+	if (late)
+		expect_failure(-ECANCELED, -1);
+	else
+		expect_failure(-ETIMEDOUT, IBV_WC_RETRY_EXC_ERR);
+	why = expect(RIG_SEND, -ETIMEDOUT, 0);
+	expect_failed(RIG_SEND, 1, -ETIMEDOUT, why);
+	fake_complete(f, RIG_RECEIVE, 1, IBV_WC_WR_FLUSH_ERR);
+	expect_failed(RIG_RECEIVE, 1, -ETIMEDOUT, why);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_failure(-ETIMEDOUT, IBV_WC_RETRY_EXC_ERR);
+}
+
+Test(replay, F3_F5_refused_post_with_its_reason_waiting)
+{
+	refused_then_reason(false);
+}
+
+Test(replay, F3_F5_refused_post_then_its_reason)
+{
+	refused_then_reason(true);
+}
+
 /* ------------------------------------------- the failure model, replayed */
 
 /*

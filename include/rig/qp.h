@@ -140,7 +140,8 @@ struct rig_post {
  * Every entry is checked first, as rig_qp_send() checks one: a bad entry
  * posts none (-EINVAL), and so does a ring without room for all (-ENOSPC).
  * Returns @count; if the NIC refuses part of the chain, the number it took
- * (the rest were not posted), or -errno if it took none.
+ * (the rest were not posted), or -errno if it took none. A refusal that
+ * says the queue pair failed accepts the whole batch (rig(7) F5).
  */
 int rig_qp_send_batch(struct rig_qp *qp, const struct rig_post *posts, int count);
 
