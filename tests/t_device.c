@@ -353,15 +353,18 @@ void t_sh(const char *fmt, ...)
 
 void t_wire_mend(void)
 {
-	char cmd[256];
+	char cmd[512];
 	int ret;
 
 	if (!t_peer_dev())
 		return;		/* one host: no wire */
 	snprintf(cmd, sizeof(cmd), "tc qdisc del dev %s root 2>/dev/null; "
 		 "tc qdisc del dev %s root 2>/dev/null; "
+		 "tc qdisc del dev %s clsact 2>/dev/null; "
+		 "tc qdisc del dev %s clsact 2>/dev/null; "
 		 "ip neigh flush dev %s; ip neigh flush dev %s",
-		 t_netdev(), t_peer_netdev(), t_netdev(), t_peer_netdev());
+		 t_netdev(), t_peer_netdev(), t_netdev(), t_peer_netdev(),
+		 t_netdev(), t_peer_netdev());
 	ret = system(cmd);
 	(void)ret;	/* fini must not assert */
 }

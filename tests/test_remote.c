@@ -14,15 +14,19 @@
  * win; don't pass one). A test that cuts the wire restores it before it
  * ends, and its suite's fini restores it again (fini runs after a failed
  * assertion, not after a crash); every test also removes any qdisc left on
- * veth0 in its init.
+ * either end in its init. The tests of connections by address (suite
+ * by_address) add a second address to each end, filters, a route and a
+ * ToS of rdma_cm's, and remove them alike.
  */
 #include <criterion/criterion.h>
 #include <endian.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <arpa/inet.h>
 
 #include "t_device.h"
 
@@ -53,7 +57,10 @@ static void wire_unblock(void)
 	char cmd[256];
 
 	snprintf(cmd, sizeof(cmd), "tc qdisc del dev %s root 2>/dev/null; "
-		 "tc qdisc del dev %s root 2>/dev/null", t_netdev(), t_peer_netdev());
+		 "tc qdisc del dev %s root 2>/dev/null; "
+		 "tc qdisc del dev %s clsact 2>/dev/null; "
+		 "tc qdisc del dev %s clsact 2>/dev/null", t_netdev(), t_peer_netdev(),
+		 t_netdev(), t_peer_netdev());
 	sh_quiet(cmd);
 }
 
@@ -837,4 +844,324 @@ Test(raw_peer, F1_F3_F5_send_with_imm_fails_qp_EPROTO_both_rings_in_order)
 	expect_idle(qa);
 	cr_assert_eq(rig_qp_destroy(qa), 0);
 	raw_pair_free(&raw);
+}
+
+/* ---- 7. M3: connections by address use the address's GID -------------- */
+
+/*
+ * A port with two addresses, as RoCE set-ups often have (a second subnet
+ * or VLAN kept for lossless traffic): each veth end gets a second address,
+ * and policy routing sends packets between the two second addresses
+ * through the veth, as the test VM does for the first ones. rdma_rxe adds a
+ * GID for each, after the first addresses' GIDs; a NIC's own GID stays the
+ * first address's.
+ *
+ * The route from rxe1 to ADDR2_A carries a hop limit of ADDR2_HOPS, which
+ * rdma_cm resolves with the route; rxe1's default RoCE ToS (rdma_cm's
+ * configfs) is TOS when a test sets it.
+ */
+#define ADDR2_A "198.19.0.1"	/* veth0's second address: rxe0 */
+#define ADDR2_B "198.19.0.2"	/* veth1's: rxe1 */
+#define ADDR2_HOPS 17
+#define TOS 32
+#define CM_CONFIG "/sys/kernel/config/rdma_cm"
+
+/* Ports of the by_address tests' listeners, one each (see test_cm.c). */
+enum { PORT_SECOND_ADDRESS = 18600, PORT_TOS };
+
+/* Everything the by_address tests add, removed; quiet, for fini too. */
+static void addr2_remove(void)
+{
+	char cmd[1024];
+
+	snprintf(cmd, sizeof(cmd),
+		 "tc qdisc del dev %s clsact 2>/dev/null; "
+		 "tc qdisc del dev %s clsact 2>/dev/null; "
+		 "ip rule del pref 10 to " ADDR2_B " lookup 102 2>/dev/null; "
+		 "ip rule del pref 10 to " ADDR2_A " lookup 103 2>/dev/null; "
+		 "ip route flush table 102 2>/dev/null; "
+		 "ip route flush table 103 2>/dev/null; "
+		 "ip addr del " ADDR2_A "/24 dev %s 2>/dev/null; "
+		 "ip addr del " ADDR2_B "/24 dev %s 2>/dev/null; "
+		 "d=" CM_CONFIG "/%s; if [ -d $d ]; then "
+		 "echo 0 >$d/ports/1/default_roce_tos; rmdir $d; fi; "
+		 "ip neigh flush dev %s; ip neigh flush dev %s",
+		 t_netdev(), t_peer_netdev(), t_netdev(), t_peer_netdev(),
+		 t_peer_dev(), t_netdev(), t_peer_netdev());
+	sh_quiet(cmd);
+}
+
+/* The IPv4-mapped GID of @ip. */
+static void mapped_gid(const char *ip, uint8_t gid[16])
+{
+	memset(gid, 0, 16);
+	gid[10] = gid[11] = 0xff;
+	cr_assert_eq(inet_pton(AF_INET, ip, gid + 12), 1, "%s", ip);
+}
+
+static const char *gid_str(const uint8_t gid[16], char *s, size_t n)
+{
+	return inet_ntop(AF_INET6, gid, s, (socklen_t)n);
+}
+
+/* Waits (5 s at most) until @dev's port has a RoCE v2 GID for @ip. */
+static void wait_for_gid(const char *dev, const char *ip)
+{
+	double end = t_now_ms() + 5000;
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_context *ctx = NULL;
+	uint8_t want[16];
+	int i;
+
+	mapped_gid(ip, want);
+	cr_assert_not_null(list);
+	for (i = 0; list[i]; i++)
+		if (!strcmp(dev, ibv_get_device_name(list[i])))
+			ctx = ibv_open_device(list[i]);
+	ibv_free_device_list(list);
+	cr_assert_not_null(ctx, "cannot open %s", dev);
+	for (;;) {
+		struct ibv_port_attr pa;
+
+		cr_assert_eq(ibv_query_port(ctx, 1, &pa), 0);
+		for (i = 0; i < pa.gid_tbl_len; i++) {
+			struct ibv_gid_entry e;
+
+			if (ibv_query_gid_ex(ctx, 1, i, &e, 0) == 0 &&
+			    e.gid_type == IBV_GID_TYPE_ROCE_V2 && !memcmp(e.gid.raw, want, 16)) {
+				ibv_close_device(ctx);
+				return;
+			}
+		}
+		cr_assert_lt(t_now_ms(), end, "%s has no GID for %s after 5 s", dev, ip);
+		nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+	}
+}
+
+/* The second addresses, their routes through the veth (the one from rxe1
+ * with a hop limit), and their GIDs. */
+static void addr2_add(void)
+{
+	t_sh("ip addr add " ADDR2_A "/24 dev %s", t_netdev());
+	t_sh("ip addr add " ADDR2_B "/24 dev %s", t_peer_netdev());
+	t_sh("ip rule add pref 10 iif lo to " ADDR2_B " lookup 102");
+	t_sh("ip route add " ADDR2_B " dev %s src " ADDR2_A " table 102", t_netdev());
+	t_sh("ip rule add pref 10 iif lo to " ADDR2_A " lookup 103");
+	t_sh("ip route add " ADDR2_A " dev %s src " ADDR2_B " table 103 hoplimit %d",
+	     t_peer_netdev(), ADDR2_HOPS);
+	wait_for_gid(t_dev(), ADDR2_A);
+	wait_for_gid(t_peer_dev(), ADDR2_B);
+}
+
+/* The NICs open on a host whose port has both addresses already. */
+static void addr2_setup(void)
+{
+	cr_assert_not_null(t_peer_dev(), "RIG_TEST_PEER_DEV is unset: needs two hosts");
+	addr2_remove();
+	addr2_add();
+	setup();
+}
+
+static void addr2_teardown(void)
+{
+	teardown();
+	addr2_remove();
+}
+
+TestSuite(by_address, .init = addr2_setup, .fini = addr2_teardown);
+
+/*
+ * The packets filter @pref of @dev has matched: u32's counter. The listing
+ * by pref shows the filters of that pref on both sides of clsact, so the
+ * tests give each filter of a netdev a pref of its own: 1 for the drop,
+ * 11 to 13 for the counters.
+ */
+static unsigned long filter_hits(const char *dev, int pref)
+{
+	char cmd[128], line[512];
+	unsigned long hit, success = 0;
+	int found = 0;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "tc -s filter show dev %s egress pref %d", dev, pref);
+	f = popen(cmd, "r");
+	cr_assert_not_null(f, "%s", cmd);
+	while (fgets(line, sizeof(line), f)) {
+		const char *p = strstr(line, "(rule hit ");
+
+		if (p && sscanf(p, "(rule hit %lu success %lu)", &hit, &success) == 2)
+			found++;
+	}
+	cr_assert_eq(pclose(f), 0, "'%s' failed", cmd);
+	cr_assert_eq(found, 1, "'%s' shows %d counters, not 1", cmd, found);
+	return success;
+}
+
+/*
+ * Every RoCE v2 packet from a first address (a NIC's own GID) is lost on
+ * the way, as on a network that routes only the second subnet between the
+ * hosts: dropped as it comes in at the other end (filters at pref 1). Not
+ * as it leaves: rdma_rxe takes a packet its own qdisc drops for one to
+ * send again at once, without end, where a packet lost on the wire counts
+ * against the retries (M3).
+ */
+static void drop_first_addresses(void)
+{
+	const char *dev[2] = { t_netdev(), t_peer_netdev() };
+	const char *from[2] = { getenv("RIG_TEST_PEER_IP"), getenv("RIG_TEST_IP") };
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		cr_assert_not_null(from[i], "RIG_TEST_IP or RIG_TEST_PEER_IP is unset");
+		t_sh("tc qdisc add dev %s clsact", dev[i]);
+		t_sh("tc filter add dev %s ingress pref 1 protocol ip u32 match ip src %s/32 "
+		     "match ip dport 4791 0xffff action drop", dev[i], from[i]);
+	}
+}
+
+struct acceptor {
+	struct rig_listener *l;
+	int ret;
+	struct rig_qp *qp;
+};
+
+static void *accept_one(void *arg)
+{
+	struct acceptor *s = arg;
+
+	s->ret = rig_accept(s->l, 10000000, &s->qp);
+	return NULL;
+}
+
+/* rxe1 dials a listener of rxe0's at @addr, @port; *@qa is the accepted
+ * queue pair (rxe0), *@qb the dialed one (rxe1). */
+static void dial(const char *addr, uint16_t port, struct rig_qp **qa, struct rig_qp **qb)
+{
+	struct acceptor s = { NULL, -1, NULL };
+	pthread_t t;
+	int ret;
+
+	ret = rig_listen(nic_a, addr, port, &s.l);
+	cr_assert_eq(ret, 0, "rig_listen on %s: %d %s", addr, ret, rig_errmsg());
+	cr_assert_eq(pthread_create(&t, NULL, accept_one, &s), 0);
+	ret = rig_dial(nic_b, addr, port, 10000000, qb);
+	pthread_join(t, NULL);
+	cr_assert_eq(ret, 0, "rig_dial to %s from %s: %d %s", addr, t_peer_dev(), ret,
+		     rig_errmsg());
+	cr_assert_eq(s.ret, 0, "rig_accept on %s: %d", addr, s.ret);
+	cr_assert_eq(rig_listener_close(s.l), 0);
+	*qa = s.qp;
+}
+
+/* @qp's endpoint carries the GID of @ip. */
+static void expect_endpoint_gid(struct rig_qp *qp, const char *ip, const char *who)
+{
+	struct rig_endpoint e;
+	uint8_t want[16];
+	char got_s[INET6_ADDRSTRLEN], want_s[INET6_ADDRSTRLEN];
+
+	mapped_gid(ip, want);
+	rig_qp_endpoint(qp, &e);
+	cr_assert(memcmp(e.gid, want, 16) == 0, "%s: endpoint GID %s, expected %s", who,
+		  gid_str(e.gid, got_s, sizeof(got_s)), gid_str(want, want_s, sizeof(want_s)));
+}
+
+/*
+ * M3: a connection dialed to a port's second address sends from that
+ * address's GID, the one rdma_cm resolved, not from the NIC's own (its
+ * first address's). With every RoCE v2 packet from a first address
+ * dropped, queue pairs connected by the NICs' own GIDs cannot talk (the
+ * control: the filter works); the dialed connection's handshake goes by
+ * the second addresses either way, and its messages must too: 4 KiB each
+ * way arrive intact, no completion fails, and both endpoints carry the
+ * second addresses' GIDs. Sent from the first addresses, the first send
+ * fails with -ETIMEDOUT after its retries.
+ */
+Test(by_address, M3_dial_to_a_second_address_sends_from_its_gid)
+{
+	struct rig_qp *qc = t_qp(nic_a), *qd = t_qp(nic_b), *qa, *qb;
+	struct t_buf txa, rxa, txb, rxb;
+
+	drop_first_addresses();
+	t_buf(&txa, nic_a, 4096, 101);
+	t_buf(&rxa, nic_a, 4096 + 64, 102);
+	t_buf(&txb, nic_b, 4096, 103);
+	t_buf(&rxb, nic_b, 4096 + 64, 104);
+
+	/* The control: by the NICs' own GIDs, nothing goes through. */
+	t_connect(qc, qd);
+	cr_assert_eq(rig_qp_receive(qd, rxb.r, 0, 4096), 0);
+	cr_assert_eq(rig_qp_send(qc, txa.r, 0, 4096), 0);
+	expect(qc, RIG_SEND, -ETIMEDOUT, 0, "control: a send from the NIC's own GID");
+	cr_assert_eq(rig_qp_destroy(qc), 0);
+	cr_assert_eq(rig_qp_destroy(qd), 0);
+
+	dial(ADDR2_A, PORT_SECOND_ADDRESS, &qa, &qb);
+	exchange(qb, &txb, qa, &rxa, 4096);
+	exchange(qa, &txa, qb, &rxb, 4096);
+	expect_idle(qa);
+	expect_idle(qb);
+	expect_endpoint_gid(qa, ADDR2_A, "the accepted queue pair (rxe0)");
+	expect_endpoint_gid(qb, ADDR2_B, "the dialed queue pair (rxe1)");
+	cr_log_info("RoCE v2 packets from the first addresses dropped: %lu into %s, "
+		    "%lu into %s", filter_hits(t_netdev(), 1), t_netdev(),
+		    filter_hits(t_peer_netdev(), 1), t_peer_netdev());
+	cr_assert_eq(rig_qp_destroy(qa), 0);
+	cr_assert_eq(rig_qp_destroy(qb), 0);
+	addr2_remove();
+}
+
+/*
+ * M3: a dialed connection's messages carry the traffic class and hop limit
+ * rdma_cm resolved: rxe1's default RoCE ToS, set to TOS in rdma_cm's
+ * configfs, and the hop limit of rxe1's route to ADDR2_A. Counted on
+ * rxe1's veth as its packets leave: RoCE v2 (UDP port 4791) packets whose
+ * BTH opcode (the first byte after the 20-byte IP and 8-byte UDP headers)
+ * is 0x04, RC SEND Only, so the connection manager's MADs (UD, on QP 1,
+ * which carry the resolved ToS already) do not count. N messages of 512
+ * bytes, one packet each: at least N with the ToS (DSCP bits; ECN masked),
+ * at least N with the hop limit as TTL (the IP header's byte 8), and at
+ * least N in all.
+ */
+#define TOS_MSGS 8
+
+Test(by_address, M3_dialed_connection_sends_with_the_tos_and_hop_limit_rdma_cm_resolved)
+{
+	const char *nd = t_peer_netdev();
+	struct rig_qp *qa, *qb;
+	struct t_buf txb, rxa;
+	unsigned long tos, hops, sends;
+	int i;
+
+	t_sh("grep -qw configfs /proc/mounts || mount -t configfs none /sys/kernel/config");
+	t_sh("mkdir " CM_CONFIG "/%s", t_peer_dev());
+	t_sh("echo %d >" CM_CONFIG "/%s/ports/1/default_roce_tos", TOS, t_peer_dev());
+	t_sh("tc qdisc add dev %s clsact", nd);
+	t_sh("tc filter add dev %s egress pref 11 protocol ip u32 match ip tos %d 0xfc "
+	     "match ip dport 4791 0xffff match u8 0x04 0xff at 28 action continue", nd, TOS);
+	t_sh("tc filter add dev %s egress pref 12 protocol ip u32 match u8 %d 0xff at 8 "
+	     "match ip dport 4791 0xffff match u8 0x04 0xff at 28 action continue", nd,
+	     ADDR2_HOPS);
+	t_sh("tc filter add dev %s egress pref 13 protocol ip u32 "
+	     "match ip dport 4791 0xffff match u8 0x04 0xff at 28 action pass", nd);
+
+	dial(ADDR2_A, PORT_TOS, &qa, &qb);
+	t_buf(&txb, nic_b, 512, 105);
+	t_buf(&rxa, nic_a, 512 + 64, 106);
+	for (i = 0; i < TOS_MSGS; i++)
+		exchange(qb, &txb, qa, &rxa, 512);
+	expect_idle(qa);
+	expect_idle(qb);
+	tos = filter_hits(nd, 11);
+	hops = filter_hits(nd, 12);
+	sends = filter_hits(nd, 13);
+	cr_log_info("%s sent %lu SEND Only packets: %lu with ToS %d, %lu with TTL %d", nd,
+		    sends, tos, TOS, hops, ADDR2_HOPS);
+	cr_assert_geq(sends, TOS_MSGS, "the filters saw %lu sends of %d", sends, TOS_MSGS);
+	cr_assert_geq(tos, TOS_MSGS, "%lu of %lu sends carried ToS %d", tos, sends, TOS);
+	cr_assert_geq(hops, TOS_MSGS, "%lu of %lu sends carried TTL %d", hops, sends,
+		      ADDR2_HOPS);
+	cr_assert_eq(rig_qp_destroy(qa), 0);
+	cr_assert_eq(rig_qp_destroy(qb), 0);
+	addr2_remove();
 }
