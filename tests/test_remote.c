@@ -971,19 +971,18 @@ static void addr2_teardown(void)
 TestSuite(by_address, .init = addr2_setup, .fini = addr2_teardown);
 
 /*
- * The packets filter @pref of @dev has matched: u32's counter. The listing
- * by pref shows the filters of that pref on both sides of clsact, so the
- * tests give each filter of a netdev a pref of its own: 1 for the drop,
- * 11 to 13 for the counters.
+ * The packets filter @pref on side @dir ("ingress" or "egress") of @dev's
+ * clsact has matched: u32's counter. Each filter of a netdev has a pref of
+ * its own: 1 for the drop (ingress), 11 to 13 for the counters (egress).
  */
-static unsigned long filter_hits(const char *dev, int pref)
+static unsigned long filter_hits(const char *dev, const char *dir, int pref)
 {
 	char cmd[128], line[512];
 	unsigned long hit, success = 0;
 	int found = 0;
 	FILE *f;
 
-	snprintf(cmd, sizeof(cmd), "tc -s filter show dev %s egress pref %d", dev, pref);
+	snprintf(cmd, sizeof(cmd), "tc -s filter show dev %s %s pref %d", dev, dir, pref);
 	f = popen(cmd, "r");
 	cr_assert_not_null(f, "%s", cmd);
 	while (fgets(line, sizeof(line), f)) {
@@ -1104,8 +1103,8 @@ Test(by_address, M3_dial_to_a_second_address_sends_from_its_gid)
 	expect_endpoint_gid(qa, ADDR2_A, "the accepted queue pair (rxe0)");
 	expect_endpoint_gid(qb, ADDR2_B, "the dialed queue pair (rxe1)");
 	cr_log_info("RoCE v2 packets from the first addresses dropped: %lu into %s, "
-		    "%lu into %s", filter_hits(t_netdev(), 1), t_netdev(),
-		    filter_hits(t_peer_netdev(), 1), t_peer_netdev());
+		    "%lu into %s", filter_hits(t_netdev(), "ingress", 1), t_netdev(),
+		    filter_hits(t_peer_netdev(), "ingress", 1), t_peer_netdev());
 	cr_assert_eq(rig_qp_destroy(qa), 0);
 	cr_assert_eq(rig_qp_destroy(qb), 0);
 	addr2_remove();
@@ -1152,9 +1151,9 @@ Test(by_address, M3_dialed_connection_sends_with_the_tos_and_hop_limit_rdma_cm_r
 		exchange(qb, &txb, qa, &rxa, 512);
 	expect_idle(qa);
 	expect_idle(qb);
-	tos = filter_hits(nd, 11);
-	hops = filter_hits(nd, 12);
-	sends = filter_hits(nd, 13);
+	tos = filter_hits(nd, "egress", 11);
+	hops = filter_hits(nd, "egress", 12);
+	sends = filter_hits(nd, "egress", 13);
 	cr_log_info("%s sent %lu SEND Only packets: %lu with ToS %d, %lu with TTL %d", nd,
 		    sends, tos, TOS, hops, ADDR2_HOPS);
 	cr_assert_geq(sends, TOS_MSGS, "the filters saw %lu sends of %d", sends, TOS_MSGS);
