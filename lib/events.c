@@ -397,14 +397,13 @@ void rig__events_set_sleeper(struct rig__qp *qp, int side, struct rig__consumer 
 	pthread_mutex_unlock(&qp->loop->lock);
 }
 
-/* Fails the NIC's queue pair @ibqp, or all of them if NULL. Trusts only
- * queue pairs the NIC lists. */
-static void qp_event(struct rig_nic *nic, struct ibv_qp *ibqp, int error,
-		     const char *why)
+/* Fails the NIC's queue pair @ibqp, or all of them if NULL, with the
+ * NIC's lock held. Trusts only queue pairs the NIC lists. */
+static void qp_event_locked(struct rig_nic *nic, struct ibv_qp *ibqp, int error,
+			    const char *why)
 {
 	struct rig__list *l;
 
-	pthread_mutex_lock(&nic->lock);
 	for (l = nic->qps.next; l != &nic->qps; l = l->next) {
 		struct rig__qp *qp = container_of(l, struct rig__qp, link);
 
@@ -413,7 +412,52 @@ static void qp_event(struct rig_nic *nic, struct ibv_qp *ibqp, int error,
 			rig__events_fail_qp(qp, error, why);
 		}
 	}
+}
+
+static void qp_event(struct rig_nic *nic, struct ibv_qp *ibqp, int error,
+		     const char *why)
+{
+	pthread_mutex_lock(&nic->lock);
+	qp_event_locked(nic, ibqp, error, why);
 	pthread_mutex_unlock(&nic->lock);
+}
+
+void rig__events_drop_dead(struct rig_loop *loop)
+{
+	/* Either may be gone from the set already: nothing to undo. */
+	epoll_ctl(loop->epfd, EPOLL_CTL_DEL, loop->nic->ctx->async_fd, NULL);
+	epoll_ctl(loop->epfd, EPOLL_CTL_DEL, loop->channel->fd, NULL);
+}
+
+/*
+ * The kernel disassociates a context when its device is removed or reset
+ * (mlx5, bnxt_re; never Soft-RoCE): ib_uverbs_free_hw_resources queues a
+ * DEVICE_FATAL and closes the context's event queues, and from then on
+ * its async fd and every completion channel poll EPOLLERR
+ * (ib_uverbs_event_poll) and read EIO (ib_uverbs_event_read) for ever.
+ * The NIC is dead: every queue pair fails as with DEVICE_FATAL (F6), and
+ * its fds leave every loop's fd set, which would otherwise stay readable
+ * for ever. Nobody reads them again (waits drop their polls, wait.c).
+ */
+static void nic_dead(struct rig_nic *nic)
+{
+	struct rig__list *l;
+	bool first;
+
+	pthread_mutex_lock(&nic->lock);
+	first = !nic->dead;
+	if (first) {
+		__atomic_store_n(&nic->dead, true, __ATOMIC_RELEASE);
+		for (l = nic->loops.next; l != &nic->loops; l = l->next)
+			rig__events_drop_dead(container_of(l, struct rig_loop, link));
+		qp_event_locked(nic, NULL, ENODEV,
+				"the NIC went away (the device was removed or reset)");
+	}
+	pthread_mutex_unlock(&nic->lock);
+	/* The log may call the application: no lock held. */
+	if (first)
+		rig__log(RIG_LOG_WARN, "%s: the async fd reads EIO: the device went away, "
+			 "every queue pair fails", nic->name);
 }
 
 /* One line per async event: those that fail queue pairs as warnings. */
@@ -453,6 +497,8 @@ int rig__events_async(struct rig_nic *nic)
 	struct ibv_async_event ev;
 	int n = 0;
 
+	if (__atomic_load_n(&nic->dead, __ATOMIC_ACQUIRE))
+		return 0;
 	while (!ibv_get_async_event(nic->ctx, &ev)) {
 		n++;
 		log_event(nic, &ev);
@@ -478,6 +524,10 @@ int rig__events_async(struct rig_nic *nic)
 			break;
 		}
 		ibv_ack_async_event(&ev);
+	}
+	if (errno == EIO) {
+		nic_dead(nic);
+		return n;
 	}
 	if (errno != EAGAIN && errno != EWOULDBLOCK)
 		return rig__fail(errno, "ibv_get_async_event(%s): %s", nic->name,

@@ -78,6 +78,10 @@ struct rig_nic {
 	uint32_t vendor_id;
 	int64_t spin_ns;		/* rig_nic_set_spin(), any thread */
 	struct rig_loop *own;		/* rig_nic_loop(): rig_qp_make's */
+	/* The kernel disassociated the context (the device was removed or
+	 * reset): its async fd and channels give only EIO, and nobody reads
+	 * them again (events.c). Set once, under the lock; read atomically. */
+	bool dead;
 	pthread_mutex_t lock;		/* the lists below */
 	struct rig__list loops;
 	unsigned loops_opened;		/* spreads loops over the vectors */
@@ -301,8 +305,12 @@ void rig__events_take_locked(struct rig_loop *loop);
 bool rig__events_take_cm(struct rig_loop *loop);
 /* reads @loop's rdma_cm events for a wait: notes them, takes no step. */
 void rig__events_note_cm(struct rig_loop *loop);
-/* reads the NIC's async events and fails their queue pairs. */
+/* reads the NIC's async events and fails their queue pairs; a NIC found
+ * dead fails them all and is never read again. Returns how many events
+ * it read, or -errno. */
 int rig__events_async(struct rig_nic *nic);
+/* takes a dead NIC's fds out of @loop's fd set; the NIC's lock is held. */
+void rig__events_drop_dead(struct rig_loop *loop);
 /* records a failure of @qp from outside its rings (an async event, the
  * peer leaving) and tells the consumers of both rings; any thread. */
 void rig__events_fail_qp(struct rig__qp *qp, int error, const char *why);

@@ -227,6 +227,9 @@ int rig__loop_open(struct rig_nic *nic, struct rig_loop **out)
 	pthread_cond_init(&loop->job_cond, NULL);
 	pthread_mutex_lock(&nic->lock);
 	rig__list_add(&nic->loops, &loop->link);
+	/* A NIC that died since the loop's fds were set drops them now. */
+	if (nic->dead)
+		rig__events_drop_dead(loop);
 	loop->comp_vector = nic->ctx->num_comp_vectors > 1
 		? (int)(nic->loops_opened % (unsigned)nic->ctx->num_comp_vectors) : 0;
 	nic->loops_opened++;

@@ -218,9 +218,10 @@ static int reap(void)
 /*
  * Queues what the next enter submits so that the thread's polls watch
  * @loop's channel and rdma_cm channel, the NIC's async fd and the
- * thread's eventfd: nothing once they do. Polls of another loop, or of a
+ * thread's eventfd: nothing once they do. Polls of another loop, of a
  * loop that may have closed since (their files stay open while polled),
- * are removed first, and their late CQEs ignored.
+ * or of a dead NIC's fds are removed first, all of them, and their late
+ * CQEs ignored.
  */
 static int keep_polls(struct rig_loop *loop, struct rdma_event_channel *cm)
 {
@@ -231,8 +232,12 @@ static int keep_polls(struct rig_loop *loop, struct rdma_event_channel *cm)
 	unsigned want = cm ? 0xf : 0x7, bit;
 	struct io_uring_sqe *sqe;
 
+	/* A dead NIC's async fd and channel poll EPOLLERR for ever, and
+	 * nobody reads them again (events.c): no poll watches them. */
+	if (__atomic_load_n(&loop->nic->dead, __ATOMIC_ACQUIRE))
+		want &= ~(WOKE_ASYNC | WOKE_CHANNEL);
 	if (waiter.polled && (waiter.loop != loop || waiter.loop_id != loop->id ||
-			      waiter.closed != closed)) {
+			      waiter.closed != closed || (waiter.polled & ~want))) {
 		for (bit = 1; bit <= WOKE_CM; bit <<= 1) {
 			if (!(waiter.polled & bit))
 				continue;

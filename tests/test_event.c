@@ -16,14 +16,18 @@
  * without destroying anything.
  */
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <rdma/ib_user_verbs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "t_device.h"
 
 static int inject_fd = -1;
@@ -332,4 +336,207 @@ Test(event, F1_real_port_down_and_up_fail_nothing)
 	cr_assert_eq(c.error, 0, "%s", c.why);
 	cr_assert_arr_eq(tb.mem + 2048, tb.mem, 100);
 	cr_assert_eq(rig_nic_close(nic), 0);
+}
+
+/*
+ * F1, F6: the device removed or reset. mlx5 and bnxt_re then disassociate
+ * the context (the kernel's ib_uverbs_remove_one calls
+ * ib_uverbs_free_hw_resources for a driver with a disassociate_ucontext
+ * op): from then on its async fd polls EPOLLERR (ib_uverbs_event_poll)
+ * and every read fails with EIO (ib_uverbs_event_read), for ever. Every
+ * queue pair fails with -ENODEV, each loop hands out each failed ring's
+ * news once, and then its fd is quiet: nobody reads the dead fd again.
+ *
+ * Soft-RoCE never disassociates: rdma_rxe has no disassociate_ucontext
+ * op, so its removal waits in ib_uverbs_remove_one until every context is
+ * closed (rdma_cm tells DEVICE_REMOVAL meanwhile). So the test plays the
+ * disassociated context: ibv_get_async_event, interposed here (librig
+ * calls it through the PLT; the executable exports it), fails with EIO
+ * once armed, and an eventfd holding a count, readable for ever as the
+ * dead fd is, stands in for the async fd of the loop's fd set. The NIC's
+ * own loop, opened before the swap, keeps watching the real fd.
+ */
+static struct {
+	bool dead;		/* ibv_get_async_event says EIO */
+	int eio_reads;		/* how often it did */
+	int fd, saved;		/* the stand-in and the real async fd */
+} gone = { false, 0, -1, -1 };
+
+int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
+{
+	int (*real)(struct ibv_context *, struct ibv_async_event *) =
+		(int (*)(struct ibv_context *, struct ibv_async_event *))
+			dlsym(RTLD_NEXT, "ibv_get_async_event");
+
+	if (__atomic_load_n(&gone.dead, __ATOMIC_ACQUIRE)) {
+		__atomic_add_fetch(&gone.eio_reads, 1, __ATOMIC_RELAXED);
+		errno = EIO;
+		return -1;
+	}
+	return real(ctx, ev);
+}
+
+/* The stand-in in place of the async fd (@real false), or the real one
+ * back: the kernel takes the async fd in the commands that make CQs and
+ * queue pairs, and refuses an eventfd (EBADF). */
+static void gone_swap(struct rig_nic *n, bool real)
+{
+	int fd = real ? gone.saved : gone.fd;
+
+	cr_assert_eq(dup2(fd, n->ctx->async_fd), n->ctx->async_fd);
+}
+
+static void gone_setup(struct rig_nic *n)
+{
+	gone.saved = dup(n->ctx->async_fd);
+	gone.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	cr_assert(gone.saved >= 0 && gone.fd >= 0);
+	gone_swap(n, false);
+}
+
+static void disassociate(void)
+{
+	__atomic_store_n(&gone.dead, true, __ATOMIC_RELEASE);
+	cr_assert_eq(eventfd_write(gone.fd, 1), 0);
+}
+
+/* The real async fd back, for ibv_close_device to close. */
+static void gone_teardown(struct rig_nic *n)
+{
+	gone_swap(n, true);
+	close(gone.saved);
+	close(gone.fd);
+}
+
+#define GONE_QPS 3
+
+static void expect_gone(struct rig_qp *qp, enum rig_side side, int n)
+{
+	struct rig_completion c;
+	int i, ret;
+
+	for (i = 0; i < n; i++) {
+		ret = rig_qp_poll(qp, side, &c);
+		cr_assert_eq(ret, 1, "entry %d: %d %s", i, ret, rig_errmsg());
+		cr_assert_eq(c.error, -ENODEV, "entry %d: error %d", i, c.error);
+		cr_assert(c.why && strstr(c.why, "went away"), "entry %d: %s", i, c.why);
+	}
+	cr_assert_eq(rig_qp_poll(qp, side, &c), 0, "more completions than entries");
+}
+
+Test(event, F6_disassociated_NIC_fails_its_loops_queue_pairs_once, .timeout = 60)
+{
+	struct rig_qp *qa[GONE_QPS], *qb[GONE_QPS];
+	struct rig_ready ready[32];
+	struct rig_completion c;
+	struct rig_loop *loop;
+	struct pollfd pfd;
+	struct t_buf tb;
+	int seen[GONE_QPS][2] = { { 0 } };
+	int i, k, n, status;
+
+	nic = t_nic_open(t_dev());
+	t_buf(&tb, nic, 4096, 1);
+	/* The loop's fd set takes the stand-in (by its file, which stays
+	 * open), the queue pairs are made with the real fd. */
+	gone_setup(nic);
+	cr_assert_eq(rig_loop_open(nic, &loop), 0, "%s", rig_errmsg());
+	gone_swap(nic, true);
+	for (i = 0; i < GONE_QPS; i++) {
+		cr_assert_eq(rig_qp_make_in(loop, &qa[i]), 0, "%s", rig_errmsg());
+		qb[i] = t_qp(nic);
+		t_connect(qa[i], qb[i]);
+		/* i + 1 receives on each: counts that tell the rings apart. */
+		for (k = 0; k <= i; k++) {
+			cr_assert_eq(rig_qp_receive(qa[i], tb.r, k * 64, 64), 0, "%s", rig_errmsg());
+			cr_assert_eq(rig_qp_receive(qb[i], tb.r, k * 64, 64), 0, "%s", rig_errmsg());
+		}
+	}
+	cr_assert_eq(rig_loop_watch(loop), 0, "%s", rig_errmsg());
+	pfd = (struct pollfd){ rig_loop_fd(loop), POLLIN, 0 };
+	cr_assert_eq(poll(&pfd, 1, 0), 0, "the loop's fd readable before anything happened");
+
+	gone_swap(nic, false);
+	disassociate();
+	cr_assert_eq(poll(&pfd, 1, 0), 1, "the dead async fd does not make the loop's fd readable");
+	/* Before the fix: -EIO, for ever, and no news. */
+	n = rig_loop_handle(loop, ready, 32);
+	cr_assert_eq(n, 2 * GONE_QPS, "rig_loop_handle: %d %s", n, n < 0 ? rig_errmsg() : "");
+	for (k = 0; k < n; k++) {
+		cr_assert_eq(ready[k].news, RIG_NEWS_RING);
+		for (i = 0; i < GONE_QPS && ready[k].qp != qa[i]; i++)
+			;
+		cr_assert_lt(i, GONE_QPS, "news of a queue pair not in the loop");
+		seen[i][ready[k].side]++;
+	}
+	for (i = 0; i < GONE_QPS; i++) {
+		cr_assert(seen[i][RIG_SEND] == 1 && seen[i][RIG_RECEIVE] == 1,
+			  "queue pair %d: send ring's news %d times, receive ring's %d", i,
+			  seen[i][RIG_SEND], seen[i][RIG_RECEIVE]);
+		/* F6: each due entry completes with -ENODEV, in order. */
+		expect_gone(qa[i], RIG_RECEIVE, i + 1);
+		expect_gone(qa[i], RIG_SEND, 0);
+		cr_assert_eq(rig_qp_failure(qa[i], &status), -ENODEV);
+		/* Every queue pair of the NIC, the own loop's too. */
+		expect_gone(qb[i], RIG_RECEIVE, i + 1);
+	}
+	/* Nothing more: the dead fd left the loop's fd set. */
+	cr_assert_eq(poll(&pfd, 1, 0), 0, "the loop's fd still readable");
+	cr_assert_eq(rig_loop_handle(loop, ready, 32), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_nic_events(nic), 0, "%s", rig_errmsg());
+	/* T2: a wait on a failed ring with an entry due returns it; on an
+	 * empty one it is refused. */
+	cr_assert_eq(rig_qp_receive(qa[0], tb.r, 0, 64), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_wait(qa[0], RIG_RECEIVE, 1000000, &c), 1, "%s", rig_errmsg());
+	cr_assert_eq(c.error, -ENODEV);
+	cr_assert_eq(rig_qp_wait(qa[0], RIG_RECEIVE, 1000000, &c), -EINVAL);
+	/* The dead fd was read once, and never again. */
+	cr_assert_eq(gone.eio_reads, 1, "EIO read %d times", gone.eio_reads);
+	gone_teardown(nic);
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
+}
+
+/* F6, T2: the device going away wakes a sleeping wait, which returns the
+ * failure (before the fix, -EIO). */
+static void *disassociate_later(void *arg)
+{
+	(void)arg;
+	usleep(100 * 1000);
+	disassociate();
+	return NULL;
+}
+
+Test(event, F6_T2_disassociation_wakes_a_sleeping_wait, .timeout = 60)
+{
+	struct rig_completion c;
+	struct t_buf tb;
+	pthread_t t;
+	double t0, dt;
+	int ret;
+
+	nic = t_nic_open(t_dev());
+	t_buf(&tb, nic, 4096, 1);
+	a = t_qp(nic);
+	b = t_qp(nic);
+	t_connect(a, b);
+	gone_setup(nic);
+	cr_assert_eq(rig_qp_receive(a, tb.r, 0, 64), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_receive(b, tb.r, 0, 64), 0, "%s", rig_errmsg());
+	t0 = t_now_ms();
+	pthread_create(&t, NULL, disassociate_later, NULL);
+	ret = rig_qp_wait(a, RIG_RECEIVE, 10 * 1000000, &c);
+	dt = t_now_ms() - t0;
+	pthread_join(t, NULL);
+	cr_assert_eq(ret, 1, "wait: %d %s", ret, rig_errmsg());
+	cr_assert_eq(c.error, -ENODEV, "error %d", c.error);
+	cr_assert(dt >= 100 && dt < 2000, "woke after %.1f ms for a removal at 100 ms", dt);
+	/* The other queue pair failed too; a wait on an empty ring is refused
+	 * (T2), not failed by the dead fd. */
+	cr_assert_eq(rig_qp_wait(b, RIG_RECEIVE, 1000000, &c), 1, "%s", rig_errmsg());
+	cr_assert_eq(c.error, -ENODEV);
+	cr_assert_eq(rig_qp_wait(a, RIG_RECEIVE, 1000000, &c), -EINVAL);
+	cr_assert_eq(rig_nic_events(nic), 0, "%s", rig_errmsg());
+	cr_assert_eq(gone.eio_reads, 1, "EIO read %d times", gone.eio_reads);
+	gone_teardown(nic);
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
 }
