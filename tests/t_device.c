@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <rdma/rdma_cma.h>
 
 #include "t_device.h"
 
@@ -482,4 +483,17 @@ void t_sleep_in_a_thread(struct rig_qp *qp, int i)
 	cr_assert_eq(pthread_join(t, NULL), 0);
 	cr_assert_eq(s.ret, 0, "thread %d: rig_qp_wait %d (%s), expected 0 at the bound",
 		     i, s.ret, s.msg);
+}
+
+void t_raw_param(struct rdma_conn_param *p, const void *priv, size_t len,
+		 uint32_t qp_num)
+{
+	memset(p, 0, sizeof(*p));
+	p->private_data = len ? priv : NULL;
+	p->private_data_len = (uint8_t)len;
+	p->qp_num = qp_num;
+	p->responder_resources = 1;
+	p->initiator_depth = 1;
+	p->retry_count = 7;
+	p->rnr_retry_count = 7;
 }

@@ -101,4 +101,12 @@ void t_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * wait up to a second). Never asserts: fini may call it. */
 void t_wire_mend(void);
 
+/* What a raw rdma_cm end offers: @priv (@len bytes) as its private data
+ * and @qp_num as its queue pair, with one read each way, retries and RNR
+ * retries at their most (none is attached to the id: the CM waits for
+ * rdma_establish after the answer). */
+struct rdma_conn_param;
+void t_raw_param(struct rdma_conn_param *p, const void *priv, size_t len,
+		 uint32_t qp_num);
+
 #endif

@@ -547,22 +547,6 @@ static struct rdma_cm_id *raw_resolve(struct rdma_event_channel *ch, const char 
 	return id;
 }
 
-/* What a raw end offers: @priv, and @qp_num as its queue pair (none is
- * attached to the id: the CM waits for rdma_establish after the answer). */
-static struct rdma_conn_param raw_param(const void *priv, size_t len, uint32_t qp_num)
-{
-	struct rdma_conn_param p = { 0 };
-
-	p.private_data = priv;
-	p.private_data_len = (uint8_t)len;
-	p.qp_num = qp_num;
-	p.responder_resources = 1;
-	p.initiator_depth = 1;
-	p.retry_count = 7;
-	p.rnr_retry_count = 7;
-	return p;
-}
-
 /* ---- a connection gone before rig_accept took it -------------------------- */
 
 /*
@@ -619,8 +603,10 @@ Test(cm, listener_close_drops_a_connection_gone_before_accept_took_it, .timeout 
 		rig_cm_pack(&e, priv[i]);
 		ch[i] = raw_channel();
 		id[i] = raw_resolve(ch[i], server_ip(), port);
-		p = i == CLIENT_G ? raw_param(junk, sizeof(junk), e.qp)
-				  : raw_param(priv[i], RIG_CM_PRIVATE, e.qp);
+		if (i == CLIENT_G)
+			t_raw_param(&p, junk, sizeof(junk), e.qp);
+		else
+			t_raw_param(&p, priv[i], RIG_CM_PRIVATE, e.qp);
 		cr_assert_eq(rdma_connect(id[i], &p), 0, "rdma_connect: %s", strerror(errno));
 	}
 
@@ -760,7 +746,7 @@ Test(cm, M4_P3_a_dialer_claiming_our_gid_and_qpn_gets_no_access)
 	id = raw_resolve(ch, getenv("RIG_TEST_IP"), PORT_CLAIM_DIALER);
 	cr_assert_eq(strcmp(ibv_get_device_name(id->verbs->device), t_peer_dev()), 0,
 		     "the raw client is on %s", ibv_get_device_name(id->verbs->device));
-	p = raw_param(priv, RIG_CM_PRIVATE, mine.qp);
+	t_raw_param(&p, priv, RIG_CM_PRIVATE, mine.qp);
 	cr_assert_eq(rdma_connect(id, &p), 0, "rdma_connect: %s", strerror(errno));
 	raw_expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, NULL);
 	cr_assert_eq(rdma_establish(id), 0, "rdma_establish: %s", strerror(errno));
@@ -813,7 +799,7 @@ Test(cm, M4_P3_a_listener_claiming_our_gid_and_qpn_gets_no_access)
 	raw_expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST, &req);
 	cr_assert_eq(rig_cm_parse(req.priv, req.len, &claim), 0, "the request's private data");
 	rig_cm_pack(&claim, priv);	/* the dialer's own endpoint, sent back */
-	p = raw_param(priv, RIG_CM_PRIVATE, mine.qp);
+	t_raw_param(&p, priv, RIG_CM_PRIVATE, mine.qp);
 	cr_assert_eq(rdma_accept(req.id, &p), 0, "rdma_accept: %s", strerror(errno));
 	raw_expect(ch, RDMA_CM_EVENT_ESTABLISHED, NULL);
 	cr_assert_eq(pthread_join(t, NULL), 0);

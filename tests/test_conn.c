@@ -1026,22 +1026,6 @@ static size_t garbage(int kind, const struct rig_endpoint *e, uint8_t out[56])
 	}
 }
 
-/* What a raw rdma_cm end offers: rig's own numbers (one read each way,
- * retries and RNR retries at their most), @priv the private data. */
-static struct rdma_conn_param raw_param(const void *priv, size_t len, uint32_t qp_num)
-{
-	struct rdma_conn_param p = { 0 };
-
-	p.private_data = len ? priv : NULL;
-	p.private_data_len = (uint8_t)len;
-	p.qp_num = qp_num;
-	p.responder_resources = 1;
-	p.initiator_depth = 1;
-	p.retry_count = 7;
-	p.rnr_retry_count = 7;
-	return p;
-}
-
 static void raw_connect(struct raw *r, struct rid *d)
 {
 	struct rdma_conn_param p;
@@ -1062,7 +1046,7 @@ static void raw_connect(struct raw *r, struct rid *d)
 		rig_cm_pack(&e, priv);
 		len = RIG_CM_PRIVATE;
 	}
-	p = raw_param(priv, len, e.qp);
+	t_raw_param(&p, priv, len, e.qp);
 	/* Read the clock first: the server may take the request before
 	 * rdma_connect() returns. */
 	d->t_connect = t_now_ms();
@@ -1717,7 +1701,7 @@ Test(conn, a_REJ_after_the_dial_was_up_fails_its_queue_pair, .timeout = 60,
 	/* Cut the way to the listener: the dialer's packets leave by its
 	 * netdev. The answer goes out whole; the RTU after it is lost. */
 	t_sh("tc qdisc add dev %s root netem loss 100%%", t_netdev());
-	p = raw_param(priv, RIG_CM_PRIVATE, e.qp);
+	t_raw_param(&p, priv, RIG_CM_PRIVATE, e.qp);
 	cr_assert_eq(rdma_accept(id, &p), 0, "rdma_accept: %s", strerror(errno));
 
 	/* The dial is up, on the dialer's side. A receive waits for a
