@@ -1144,18 +1144,22 @@ static struct { const struct ibv_cq *cq; int vector; } made_cq[MADE_CQ_MAX];
 static int made_cqs;
 static pthread_mutex_t made_cq_lock = PTHREAD_MUTEX_INITIALIZER;
 
+static struct ibv_cq *(*real_create_cq)(struct ibv_context *, int, void *,
+					 struct ibv_comp_channel *, int);
+
+/* Before any thread: the threads of C3 make queue pairs at once. */
+__attribute__((constructor)) static void find_real_create_cq(void)
+{
+	real_create_cq = (struct ibv_cq *(*)(struct ibv_context *, int, void *,
+					     struct ibv_comp_channel *, int))
+		dlsym(RTLD_NEXT, "ibv_create_cq");
+}
+
 struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 			     struct ibv_comp_channel *channel, int comp_vector)
 {
-	static struct ibv_cq *(*real)(struct ibv_context *, int, void *,
-				      struct ibv_comp_channel *, int);
-	struct ibv_cq *cq;
+	struct ibv_cq *cq = real_create_cq(ctx, cqe, cq_context, channel, comp_vector);
 
-	if (!real)
-		real = (struct ibv_cq *(*)(struct ibv_context *, int, void *,
-					   struct ibv_comp_channel *, int))
-			dlsym(RTLD_NEXT, "ibv_create_cq");
-	cq = real(ctx, cqe, cq_context, channel, comp_vector);
 	pthread_mutex_lock(&made_cq_lock);
 	if (cq && made_cqs < MADE_CQ_MAX)
 		made_cq[made_cqs++] = (typeof(made_cq[0])){ cq, comp_vector };
@@ -1201,7 +1205,9 @@ Test(loops, completion_vectors_spread_over_loops)
 	cr_assert_geq(n, 2, "%s has %d completion vector(s): nothing to spread", t_dev(), n);
 
 	nic = t_nic_open(t_dev());
+	pthread_mutex_lock(&made_cq_lock);
 	made_cqs = 0;
+	pthread_mutex_unlock(&made_cq_lock);
 	for (i = 0; i < 8; i++) {
 		cr_assert_eq(rig_loop_open(nic, &loop[i]), 0, "rig_loop_open: %s", rig_errmsg());
 		cr_assert_eq(rig_qp_make_in(loop[i], &qp[i]), 0, "rig_qp_make_in: %s",
