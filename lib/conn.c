@@ -199,15 +199,33 @@ static bool gid_of_address(const struct sockaddr *sa, uint8_t gid[16])
 }
 
 /*
- * Whether the peer's endpoint names the address rdma_cm connected to. The
- * endpoint is the peer's word; the address is what the network delivered.
- * Only then may its QPN make it one of ours (M4).
+ * M4 for a connection by address: whether the peer may be one of this
+ * NIC's queue pairs. Its endpoint is its word. It must name the address
+ * rdma_cm connected to (what the network delivered), and the queue pair
+ * it names must have been made for the other end of this very connection
+ * (its ports are ours, swapped): a process on this host connects from our
+ * own address, and may name any queue pair of ours.
  */
-static bool gid_is_peer_address(struct rdma_cm_id *id, const struct rig_endpoint *peer)
+static bool peer_may_be_local(struct conn *c)
 {
+	uint16_t ours = rdma_get_src_port(c->id), theirs = rdma_get_dst_port(c->id);
+	struct rig_nic *nic = c->loop->nic;
+	struct rig__list *l;
 	uint8_t gid[16];
+	bool found = false;
 
-	return gid_of_address(rdma_get_peer_addr(id), gid) && !memcmp(gid, peer->gid, 16);
+	if (!gid_of_address(rdma_get_peer_addr(c->id), gid) || memcmp(gid, c->peer.gid, 16) ||
+	    !ours || !theirs)
+		return false;
+	pthread_mutex_lock(&nic->lock);
+	for (l = nic->qps.next; l != &nic->qps && !found; l = l->next) {
+		struct rig__qp *qp = container_of(l, struct rig__qp, link);
+
+		found = qp->self.qp == c->peer.qp && qp->cm_port[0] == theirs &&
+			qp->cm_port[1] == ours;
+	}
+	pthread_mutex_unlock(&nic->lock);
+	return found;
 }
 
 /*
@@ -551,13 +569,14 @@ static int make_qp(struct conn *c)
 		return ret;
 	c->qp = rig__qp(qp);
 	/* Its endpoint names the address rdma_cm uses on our side, which
-	 * need not be the NIC's first. Under the NIC's lock: M4's check of
-	 * other connections reads it. */
-	if (gid_of_address(rdma_get_local_addr(c->id), gid)) {
-		pthread_mutex_lock(&nic->lock);
+	 * need not be the NIC's first, and it keeps the connection's ports.
+	 * Under the NIC's lock: M4's checks of other connections read them. */
+	pthread_mutex_lock(&nic->lock);
+	if (gid_of_address(rdma_get_local_addr(c->id), gid))
 		memcpy(c->qp->self.gid, gid, 16);
-		pthread_mutex_unlock(&nic->lock);
-	}
+	c->qp->cm_port[0] = rdma_get_src_port(c->id);
+	c->qp->cm_port[1] = rdma_get_dst_port(c->id);
+	pthread_mutex_unlock(&nic->lock);
 	return 0;
 }
 
@@ -672,7 +691,7 @@ static void accept_request(struct rig_listener *l, const struct cm_ev *ev)
 	c->id = ev->id;
 	c->id->context = c;
 	c->peer = peer;
-	c->may_be_local = gid_is_peer_address(c->id, &peer);
+	c->may_be_local = peer_may_be_local(c);
 	/* No bound while its queue pair is made: that is our own work, and
 	 * RIG_CM_HANDSHAKES bounds how much of it may wait. */
 	c->deadline = INT64_MAX / 2;
@@ -734,7 +753,7 @@ static void conn_step(struct conn *c, const struct cm_ev *ev)
 			fail(c, -ret);
 			return;
 		}
-		c->may_be_local = gid_is_peer_address(c->id, &c->peer);
+		c->may_be_local = peer_may_be_local(c);
 		off_loop(c, CONN_ESTABLISHING, connect_qp, dial_establish);
 		return;
 	case CONN_ACCEPTING:

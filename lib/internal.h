@@ -251,6 +251,10 @@ struct rig__qp {
 		uint32_t misses;	/* spins in a row that caught nothing */
 	} spin[2];
 	struct rig__qp_owner *owner;
+	/* conn.c, under the NIC's lock: the rdma_cm ports (ours, the
+	 * peer's; network order) of the connection it was made for, 0 when
+	 * none: M4's proof that a peer naming it is its other end. */
+	uint16_t cm_port[2];
 	/* Set by events.c, from any thread, for the owner to apply:
 	 * ENODEV for the device, ECONNRESET for a peer that left, any
 	 * other error for an async queue-pair event. */
