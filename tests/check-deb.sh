@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tests/lib.sh
-ensure_packages "${BUILD_PACKAGES[@]}" debhelper lintian pandoc dpkg-dev fakeroot
+ensure_packages "${BUILD_PACKAGES[@]}" "${DEB_PACKAGES[@]}"
 
 t0=$SECONDS
 tmp=$(mktemp -d /tmp/check-deb.XXXXXX)

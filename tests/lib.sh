@@ -5,6 +5,10 @@
 BUILD_PACKAGES=(autoconf automake libtool pkg-config make gcc g++
 	libibverbs-dev librdmacm-dev liburing-dev libcriterion-dev libuv1-dev
 	pandoc abigail-tools)
+# tests/check-deb.sh builds and lints the Debian packages with these;
+# tests/fuzz builds its libFuzzer target with these (Debian 12: clang 14).
+DEB_PACKAGES=(debhelper lintian pandoc dpkg-dev fakeroot man-db)
+FUZZ_PACKAGES=(clang libclang-rt-14-dev pkg-config libibverbs-dev)
 
 # Installs the Debian packages of "$@" that are missing.
 ensure_packages() {
