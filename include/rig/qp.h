@@ -416,8 +416,14 @@ RIG_INLINE int rig_qp_poll(struct rig_qp *qp, enum rig_side side,
 		return 0;
 	n = ibv_poll_cq(q->cq, 1, &wc);
 	if (RIG__UNLIKELY(n != 1 || wc.status != IBV_WC_SUCCESS ||
-			  !rig__wc_kind_ok(side, &wc)))
+			  !rig__wc_kind_ok(side, &wc))) {
+		/* Nothing came, and the other ring has nothing due: no CQ
+		 * can hold a failure of this healthy queue pair, so the slow
+		 * path would find nothing either (a spinning thread's poll). */
+		if (n == 0 && qp->ring[!side].head == qp->ring[!side].tail)
+			return 0;
 		return rig__qp_poll_slow(qp, side, &wc, n, c);
+	}
 	/* verbs gives a receive's length only; a send's or read's is ours */
 	c->bytes = side == RIG_RECEIVE ? wc.byte_len
 				       : q->slot[q->tail & RIG__MASK].len;
