@@ -62,6 +62,15 @@
  *	  impl,icount,64,iters,empty_polls
  *	empty_polls counts polls that found nothing (they would add to the
  *	count; the sleep makes them 0 in practice).
+ *
+ *   empty -n ITERS -w WARMUP
+ *	the same two queue pairs; B posts one receive that nothing will
+ *	fill, and each of ITERS calls of bench_empty() polls B's receive
+ *	ring once and finds nothing: what a thread spinning on a quiet ring
+ *	pays per poll. Run it under callgrind with
+ *	--toggle-collect=bench_empty. Prints a CSV line
+ *	  impl,empty,0,iters,taken
+ *	(taken: polls that found a completion; must be 0).
  */
 #ifndef BENCH_PINGPONG_H
 #define BENCH_PINGPONG_H
@@ -373,7 +382,35 @@ __attribute__((noinline)) int bench_take(struct be_qp *a, struct be_qp *b,
 	return got;
 }
 
-static int bench_icount(const struct bench_opts *o)
+/* Counted by callgrind: one poll of @b's receive ring, which is empty. */
+__attribute__((noinline)) int bench_empty(struct be_qp *b);
+__attribute__((noinline)) int bench_empty(struct be_qp *b)
+{
+	return be_poll(b, SIDE_RECV);
+}
+
+/* The empty mode, on connected A and B: see the head of this file. */
+static int bench_empty_polls(const struct bench_opts *o, struct be_qp *b)
+{
+	unsigned int i, taken = 0;
+	int ret;
+
+	ret = be_post_recv(b, ICOUNT_SIZE, ICOUNT_SIZE);
+	if (ret)
+		return bench_fail("post", ret);
+	for (i = 0; i < o->warmup + o->iters; i++) {
+		if (i == o->warmup)
+			CALLGRIND_ZERO_STATS;
+		ret = bench_empty(b);
+		if (ret < 0)
+			return bench_fail("poll", ret);
+		taken += (unsigned int)ret;
+	}
+	printf("%s,empty,0,%u,%u\n", BE_NAME, o->iters, taken);
+	return taken != 0;
+}
+
+static int bench_icount(const struct bench_opts *o, int empty_mode)
 {
 	struct be_nic nic;
 	struct be_qp a, b;
@@ -408,6 +445,10 @@ static int bench_icount(const struct bench_opts *o)
 		ret = be_qp_connect(&b, &ea);
 	if (ret) {
 		bench_fail("connect", ret);
+		goto out_b;
+	}
+	if (empty_mode) {
+		status = bench_empty_polls(o, &b);
 		goto out_b;
 	}
 	for (i = 0; i < o->warmup + o->iters; i++) {
@@ -446,7 +487,7 @@ out_nic:
 static void bench_usage(const char *argv0)
 {
 	fprintf(stderr,
-		"usage: %s -m pingpong|icount [-d DEV] [-g GID_INDEX] [-s SIZE]\n"
+		"usage: %s -m pingpong|icount|empty [-d DEV] [-g GID_INDEX] [-s SIZE]\n"
 		"          [-n ITERS] [-w WARMUP] [-e] [-P]\n",
 		argv0);
 }
@@ -479,7 +520,9 @@ int main(int argc, char *argv[])
 	if (!strcmp(mode, "pingpong"))
 		return bench_pingpong(&o);
 	if (!strcmp(mode, "icount"))
-		return bench_icount(&o);
+		return bench_icount(&o, 0);
+	if (!strcmp(mode, "empty"))
+		return bench_icount(&o, 1);
 	bench_usage(argv[0]);
 	return 2;
 }
