@@ -29,29 +29,19 @@
 #define RIG_MIN_RNR_TIMER 12
 
 /*
- * What one queue pair of rig pins, on the NICs that pin queue memory
- * (rxe does not): about 2 MiB. bnxt_re (rdma-core providers/bnxt_re/
- * verbs.c, bnxt_re_alloc_queues, static WQE mode) rounds 4095 + 1 send
- * entries plus its full-queue delta up to 8192 slots of 128 bytes: a
- * 1 MiB send queue, with its PSN table after it; 4096 receive entries of
- * 128 bytes, 512 KiB; and each CQ 4096 CQEs (bnxt_re_create_cq:
- * roundup_pow_of_two(ncqe + 1)) of 32 or 64 bytes. mlx5 needs about
- * half of that (64-byte send WQEs, 64-byte CQEs).
- */
-#define RIG_QP_PINNED "up to about 2 MiB"
-
-/*
  * A make the NIC refused at @step with @err. ENOMEM from creating a CQ or
  * a QP is most often the pinning of its queues refused: the kernel counts
  * them against RLIMIT_MEMLOCK (ib_umem_get), and a program that is not
- * root has 8 MiB by default, three or four queue pairs.
+ * root has 8 MiB by default, three or four queue pairs. Soft-RoCE pins
+ * no queue memory, so there the limit is not the cause and is not named.
  */
 static int make_refused(int err, struct rig_nic *nic, const char *step)
 {
+	int64_t pinned = rig_nic_qp_pinned(nic);
 	struct rlimit rl;
 	char now[32] = "unknown";
 
-	if (err != ENOMEM)
+	if (err != ENOMEM || pinned <= 0)
 		return rig__fail_verbs(err, nic, step);
 	if (!getrlimit(RLIMIT_MEMLOCK, &rl)) {
 		if (rl.rlim_cur == RLIM_INFINITY)
@@ -60,8 +50,8 @@ static int make_refused(int err, struct rig_nic *nic, const char *step)
 			snprintf(now, sizeof(now), "%llu KiB",
 				 (unsigned long long)rl.rlim_cur / 1024);
 	}
-	return rig__fail(err, "%s refused by %s: %s; queue memory is pinned and counts against RLIMIT_MEMLOCK (%s now; a queue pair needs %s on mlx5 and bnxt_re): raise `ulimit -l`",
-			 step, nic->name, strerror(err), now, RIG_QP_PINNED);
+	return rig__fail(err, "%s refused by %s: %s; queue memory is pinned and counts against RLIMIT_MEMLOCK (%s now; a queue pair pins about %lld KiB on %s): raise `ulimit -l`",
+			 step, nic->name, strerror(err), now, (long long)pinned / 1024, nic->name);
 }
 
 static int ring_init(struct rig__qp *qp, struct rig__ring *ring)

@@ -69,6 +69,7 @@ Test(info, nic_query_bad_arguments_change_nothing)
 	cr_assert_eq(info.port, 0xa5a5a5a5);
 	cr_assert_eq(rig_nic_query(NULL, &info), -EINVAL);
 	cr_assert_eq(rig_nic_query(nic, NULL), -EINVAL);
+	cr_assert_eq(rig_nic_qp_pinned(NULL), -EINVAL);
 	/* An older caller's smaller structure: what it names, no more. */
 	info.size = 8;
 	cr_assert_eq(rig_nic_query(nic, &info), 0);

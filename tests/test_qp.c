@@ -434,14 +434,35 @@ static const char *make_refused(int fail_cq, int fail_qp, int err,
 }
 
 /*
- * M1, C1: mlx5 and bnxt_re pin each queue pair's queues (up to about
- * 2 MiB for rig's 4095-entry rings: providers/bnxt_re/verbs.c,
+ * ibv_query_device, interposed too: while @play_vendor is set it reports
+ * that vendor id, so the NIC opened meanwhile is taken for that hardware
+ * (0x14e4: bnxt_re) by what rig derives from it.
+ */
+static uint32_t play_vendor;
+
+int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
+{
+	int (*real)(struct ibv_context *, struct ibv_device_attr *) =
+		(int (*)(struct ibv_context *, struct ibv_device_attr *))
+		dlsym(RTLD_NEXT, "ibv_query_device");
+	int ret = real(ctx, attr);
+
+	if (!ret && play_vendor)
+		attr->vendor_id = play_vendor;
+	return ret;
+}
+
+/*
+ * M1, C1: mlx5 and bnxt_re pin each queue pair's queues (about 2 MiB for
+ * rig's 4095-entry rings on bnxt_re: providers/bnxt_re/verbs.c,
  * bnxt_re_alloc_queues, rounds the send queue up to 8192 128-byte slots),
  * and the kernel counts them against RLIMIT_MEMLOCK, so a program with
  * the default 8 MiB gets ENOMEM from ibv_create_cq or ibv_create_qp after
- * a few queue pairs. The message says so: the limit, its value now and
- * what a queue pair needs. Any other refusal keeps the plain message, and
- * a refused make leaks nothing: the next one works.
+ * a few queue pairs. On such a NIC (rxe taken for bnxt_re) the message
+ * says so: the limit, its value now and what a queue pair pins there,
+ * rig_nic_qp_pinned's figure. Soft-RoCE pins nothing: its ENOMEM keeps
+ * the plain message, as does any other refusal. A refused make leaks
+ * nothing: the next one works.
  */
 Test(make, M1_C1_enomem_names_rlimit_memlock)
 {
@@ -450,6 +471,15 @@ Test(make, M1_C1_enomem_names_rlimit_memlock)
 	struct rig_qp *qp;
 
 	nic = t_nic_open(t_dev());
+	cr_assert_eq(rig_nic_qp_pinned(nic), 0, "Soft-RoCE pins no queue memory");
+	msg = make_refused(1, 0, ENOMEM, "ibv_create_cq refused by ");
+	cr_assert_null(strstr(msg, "RLIMIT_MEMLOCK"), "%s", msg);
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
+
+	play_vendor = 0x14e4;
+	nic = t_nic_open(t_dev());
+	play_vendor = 0;
+	cr_assert_eq(rig_nic_qp_pinned(nic), 2176 * 1024);
 	cr_assert_eq(getrlimit(RLIMIT_MEMLOCK, &rl), 0);
 	rl.rlim_cur = 8 * MiB;
 	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < rl.rlim_cur)
@@ -459,8 +489,9 @@ Test(make, M1_C1_enomem_names_rlimit_memlock)
 	msg = make_refused(1, 0, ENOMEM, "ibv_create_cq refused by ");
 	cr_assert_not_null(strstr(msg, "Cannot allocate memory; queue memory is pinned"), "%s", msg);
 	if (rl.rlim_cur == 8 * MiB)
-		cr_assert_not_null(strstr(msg, "RLIMIT_MEMLOCK (8192 KiB now; a queue pair needs up to about 2 MiB on mlx5 and bnxt_re): raise `ulimit -l`"),
+		cr_assert_not_null(strstr(msg, "RLIMIT_MEMLOCK (8192 KiB now; a queue pair pins about 2176 KiB on "),
 				   "%s", msg);
+	cr_assert_not_null(strstr(msg, "): raise `ulimit -l`"), "%s", msg);
 	make_refused(2, 0, ENOMEM, "RLIMIT_MEMLOCK (");
 	msg = make_refused(0, 1, ENOMEM, "ibv_create_qp refused by ");
 	cr_assert_not_null(strstr(msg, "RLIMIT_MEMLOCK ("), "%s", msg);

@@ -8,9 +8,10 @@
  * What the devices offer comes from libibverbs (ibv_query_device,
  * ibv_query_port, ibv_query_gid_table); what rig makes of them comes from
  * the library itself: rig_nic_open() of each device, then rig_nic_query()
- * for the port and GID it picked, or rig_errmsg() for why it refused. So
- * the tool never guesses rig's choice: it asks for it. Exits 0 when rig
- * can use the device asked for (with -d) or some device, else 1.
+ * for the port and GID it picked, or rig_errmsg() for why it refused, and
+ * rig_nic_qp_pinned() for what each of its queue pairs pins. So the tool
+ * never guesses rig's choice: it asks for it. Exits 0 when rig can use
+ * the device asked for (with -d) or some device, else 1.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -28,16 +29,19 @@ struct dev {
 	const char *name;
 	struct ibv_device_attr attr;
 	int attr_ok;
+	int comp_vectors;		/* the context's num_comp_vectors */
 	struct ibv_port_attr port[8];	/* ports 1..8 shown */
 	int nports;
 	struct ibv_gid_entry *gid;
 	ssize_t ngid;
 	int usable;			/* rig_nic_open() took it */
 	struct rig_nic_info info;	/* when usable */
+	int64_t pinned;			/* when usable: rig_nic_qp_pinned() */
 	char why[1024];			/* when not */
 };
 
 static int json;
+static struct rlimit memlock;	/* RLIMIT_MEMLOCK; both RLIM_INFINITY if unknown */
 
 static void gid_str(const uint8_t raw[16], char *out, size_t len)
 {
@@ -53,6 +57,12 @@ static const char *gid_type(uint32_t type)
 	case IBV_GID_TYPE_ROCE_V2: return "RoCE v2";
 	default: return "?";
 	}
+}
+
+/* An MTU in bytes, as ibv_devinfo says it; 0 for none. */
+static int mtu_bytes(enum ibv_mtu mtu)
+{
+	return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128 << mtu : 0;
 }
 
 /* As rig_nic_open's reasons say it. */
@@ -104,6 +114,7 @@ static void probe(struct ibv_device *ibdev, struct dev *d)
 	ctx = ibv_open_device(ibdev);
 	if (ctx) {
 		d->attr_ok = !ibv_query_device(ctx, &d->attr);
+		d->comp_vectors = ctx->num_comp_vectors;
 		d->nports = d->attr_ok ? d->attr.phys_port_cnt : 0;
 		if (d->nports > 8)
 			d->nports = 8;
@@ -130,11 +141,32 @@ static void probe(struct ibv_device *ibdev, struct dev *d)
 		return;
 	}
 	d->info.size = sizeof(d->info);
+	d->pinned = rig_nic_qp_pinned(nic);
 	if (!rig_nic_query(nic, &d->info))
 		d->usable = 1;
 	else
 		snprintf(d->why, sizeof(d->why), "%s", rig_errmsg());
 	rig_nic_close(nic);
+}
+
+/*
+ * How many of rig's queue pairs @d takes: max_qp, or fewer where each
+ * pins its queues and RLIMIT_MEMLOCK's soft limit allows fewer (then
+ * *by_memlock is set). Regions pinned by the same program count against
+ * that limit too.
+ */
+static long long qp_room(const struct dev *d, int *by_memlock)
+{
+	unsigned long long n;
+
+	*by_memlock = 0;
+	if (d->pinned <= 0 || memlock.rlim_cur == RLIM_INFINITY)
+		return d->attr.max_qp;
+	n = (unsigned long long)memlock.rlim_cur / (unsigned long long)d->pinned;
+	if (n >= (unsigned long long)d->attr.max_qp)
+		return d->attr.max_qp;
+	*by_memlock = 1;
+	return (long long)n;
 }
 
 static void print_text(const struct dev *d)
@@ -152,18 +184,37 @@ static void print_text(const struct dev *d)
 	if (d->attr_ok) {
 		printf("  max_qp_wr %d, max_cqe %d (rig needs %d)\n", d->attr.max_qp_wr,
 		       d->attr.max_cqe, RIG_RING_ENTRIES);
+		printf("  max_qp %d, max_cq %d, max_mr %d, %d completion vector(s)\n",
+		       d->attr.max_qp, d->attr.max_cq, d->attr.max_mr, d->comp_vectors);
 		printf("  vendor id 0x%x, %d port(s)\n", d->attr.vendor_id, d->attr.phys_port_cnt);
 	}
 	if (d->usable)
 		printf("  message limit %u bytes (2^31 or the port's max_msg_sz), retry count %u%s\n",
 		       d->info.msg_max, d->info.retry_cnt,
 		       d->info.soft_roce ? " (Soft-RoCE retries forever at 7)" : "");
+	if (d->usable && d->attr_ok) {
+		int by_memlock;
+		long long n = qp_room(d, &by_memlock);
+
+		if (!d->pinned)
+			printf("  queue pairs: %s pins no queue memory, so RLIMIT_MEMLOCK does not bound them; max_qp does: %lld\n",
+			       d->info.soft_roce ? "Soft-RoCE" : "the device", n);
+		else if (by_memlock)
+			printf("  queue pairs: each pins about %lld KiB, so RLIMIT_MEMLOCK (%llu KiB) allows %lld, fewer with regions\n",
+			       (long long)d->pinned / 1024,
+			       (unsigned long long)memlock.rlim_cur / 1024, n);
+		else
+			printf("  queue pairs: each pins about %lld KiB; RLIMIT_MEMLOCK allows more than max_qp, which bounds them: %lld\n",
+			       (long long)d->pinned / 1024, n);
+	}
 	for (p = 0; p < d->nports; p++) {
 		const struct ibv_port_attr *pa = &d->port[p];
 
 		printf("  port %d: %s, %s, max_msg_sz %u, gid_tbl_len %d\n", p + 1,
 		       port_state(pa->state), link_layer(pa->link_layer),
 		       pa->max_msg_sz, pa->gid_tbl_len);
+		printf("    active MTU %d, max MTU %d: rig's queue pairs send in packets of the active MTU, what this host offers; a peer whose link carries a smaller MTU drops the larger packets, and messages above it fail\n",
+		       mtu_bytes(pa->active_mtu), mtu_bytes(pa->max_mtu));
 		for (i = 0; i < d->ngid; i++) {
 			e = &d->gid[i];
 			if (e->port_num != (uint32_t)p + 1)
@@ -194,8 +245,11 @@ static void print_json(const struct dev *d)
 	else
 		json_str(d->why);
 	if (d->attr_ok)
-		printf(",\n      \"vendor_id\": %u,\n      \"max_qp_wr\": %d,\n      \"max_cqe\": %d",
-		       d->attr.vendor_id, d->attr.max_qp_wr, d->attr.max_cqe);
+		printf(",\n      \"vendor_id\": %u,\n      \"max_qp_wr\": %d,\n      \"max_cqe\": %d,\n"
+		       "      \"max_qp\": %d,\n      \"max_cq\": %d,\n      \"max_mr\": %d,\n"
+		       "      \"num_comp_vectors\": %d",
+		       d->attr.vendor_id, d->attr.max_qp_wr, d->attr.max_cqe, d->attr.max_qp,
+		       d->attr.max_cq, d->attr.max_mr, d->comp_vectors);
 	printf(",\n      \"rig_ring_entries\": %d", RIG_RING_ENTRIES);
 	if (d->usable) {
 		gid_str(d->info.gid, gid, sizeof(gid));
@@ -206,14 +260,23 @@ static void print_json(const struct dev *d)
 		       d->info.mac[2], d->info.mac[3], d->info.mac[4], d->info.mac[5],
 		       d->info.msg_max, d->info.retry_cnt, d->info.soft_roce ? "true" : "false");
 	}
+	if (d->usable && d->attr_ok) {
+		int by_memlock;
+		long long n = qp_room(d, &by_memlock);
+
+		printf(",\n      \"qp_pinned\": %lld,\n      \"qps\": %lld,\n      \"qps_bound\": \"%s\"",
+		       (long long)d->pinned, n, by_memlock ? "memlock" : "max_qp");
+	}
 	printf(",\n      \"ports\": [");
 	for (p = 0; p < d->nports; p++) {
 		const struct ibv_port_attr *pa = &d->port[p];
 
 		printf("%s\n        {\n          \"port\": %d,\n          \"state\": \"%s\",\n"
 		       "          \"link_layer\": \"%s\",\n          \"max_msg_sz\": %u,\n"
+		       "          \"active_mtu\": %d,\n          \"max_mtu\": %d,\n"
 		       "          \"gids\": [", p ? "," : "", p + 1,
-		       port_state(pa->state), link_layer(pa->link_layer), pa->max_msg_sz);
+		       port_state(pa->state), link_layer(pa->link_layer), pa->max_msg_sz,
+		       mtu_bytes(pa->active_mtu), mtu_bytes(pa->max_mtu));
 		first = 1;
 		for (i = 0; i < d->ngid; i++) {
 			e = &d->gid[i];
@@ -236,16 +299,13 @@ static void print_json(const struct dev *d)
 	printf("%s]\n    }", d->nports ? "\n      " : "");
 }
 
-static void memlock(char *out, size_t len, int quoted)
+/* A limit of RLIMIT_MEMLOCK: bytes, or unlimited. */
+static void limit_str(rlim_t v, char *out, size_t len)
 {
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_MEMLOCK, &rl))
-		snprintf(out, len, quoted ? "null" : "unknown");
-	else if (rl.rlim_cur == RLIM_INFINITY)
-		snprintf(out, len, quoted ? "\"unlimited\"" : "unlimited");
+	if (v == RLIM_INFINITY)
+		snprintf(out, len, json ? "\"unlimited\"" : "unlimited");
 	else
-		snprintf(out, len, "%llu", (unsigned long long)rl.rlim_cur);
+		snprintf(out, len, json ? "%llu" : "%llu bytes", (unsigned long long)v);
 }
 
 static void usage(FILE *f)
@@ -267,7 +327,7 @@ int main(int argc, char **argv)
 	const char *only = NULL;
 	struct rig_nic_info info = { .size = sizeof(info) };
 	struct rig_nic *nic;
-	char ml[64], pick[1200];
+	char soft[64], hard[64], pick[1200];
 	int n = 0, i, c, shown = 0, usable = 0, ret;
 	struct dev *devs;
 
@@ -283,6 +343,9 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	/* getrlimit fails only for an unknown resource: never here. */
+	if (getrlimit(RLIMIT_MEMLOCK, &memlock))
+		memlock.rlim_cur = memlock.rlim_max = RLIM_INFINITY;
 	list = ibv_get_device_list(&n);
 	if (!list || !n) {
 		fprintf(stderr, "rig-info: no verbs device on this machine\n");
@@ -309,9 +372,11 @@ int main(int argc, char **argv)
 	if (!only && !ret)
 		rig_nic_close(nic);
 
-	memlock(ml, sizeof(ml), json);
+	limit_str(memlock.rlim_cur, soft, sizeof(soft));
+	limit_str(memlock.rlim_max, hard, sizeof(hard));
 	if (json)
-		printf("{\n  \"memlock\": %s,\n  \"devices\": [", ml);
+		printf("{\n  \"memlock\": %s,\n  \"memlock_hard\": %s,\n  \"devices\": [",
+		       soft, hard);
 	for (i = 0; i < n; i++) {
 		if (!devs[i].name)
 			continue;
@@ -342,8 +407,9 @@ int main(int argc, char **argv)
 	} else {
 		if (!only)
 			printf("rig_nic_open(NULL): %s\n", pick);
-		printf("RLIMIT_MEMLOCK: %s%s\n", ml, strcmp(ml, "unlimited") ?
-		       " bytes (regions beyond it fail with ENOMEM; ulimit -l)" : "");
+		printf("RLIMIT_MEMLOCK: soft %s, hard %s%s\n", soft, hard,
+		       memlock.rlim_cur != RLIM_INFINITY ?
+		       " (regions, and on hardware queue pairs, beyond the soft limit fail with ENOMEM; ulimit -l)" : "");
 	}
 	if (only && !shown) {
 		fprintf(stderr, "rig-info: no verbs device named %s\n", only);

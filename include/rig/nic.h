@@ -89,6 +89,19 @@ struct rig_nic_info {
  */
 int rig_nic_query(const struct rig_nic *nic, struct rig_nic_info *info);
 
+/**
+ * rig_nic_qp_pinned - the memory each of rig's queue pairs pins on @nic
+ *
+ * The bytes of its queues and CQs that the kernel counts against
+ * RLIMIT_MEMLOCK, as the device's provider sizes them for rig's rings:
+ * about 2 MiB on bnxt_re, 1.6 MiB on mlx5; 0 on Soft-RoCE, which pins no
+ * queue memory. An estimate, rounded up: RLIMIT_MEMLOCK divided by it is
+ * about how many queue pairs a program may make, fewer for the regions it
+ * registers. Makes no verbs call. Returns the bytes, or -EINVAL if @nic
+ * is NULL.
+ */
+int64_t rig_nic_qp_pinned(const struct rig_nic *nic);
+
 /* How much rig tells of what it does; see rig_set_log(). */
 enum rig_log_level {
 	RIG_LOG_OFF = 0,
