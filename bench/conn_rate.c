@@ -20,7 +20,10 @@
  * last connection up; teardown is not timed.
  *
  *	conn_rate -d DEV -g GID_INDEX -a ADDR [-c CONNS] [-q QUEUE] [-r ROUNDS] [-p PORT]
- *		  [-s SETTLE_MS] [-v]
+ *		  [-s SETTLE_MS] [-v] [-o rig|raw]
+ *
+ * -o runs only one of the two (a warm-up and ROUNDS rounds), for a
+ * profiler: strace -f -c, or callgrind, sees one kind of connection.
  *
  * stdout: conn_rate,rig,PER_S / conn_rate,raw,PER_S / conn_rate,ratio,R,
  * then conn_cpu_us rows likewise: the CPU time (user and system) of the
@@ -534,8 +537,9 @@ int main(int argc, char *argv[])
 	double rig[ROUNDS_MAX], raw[ROUNDS_MAX], ratio[ROUNDS_MAX], mrig, mraw, mr;
 	double crig[ROUNDS_MAX], craw[ROUNDS_MAX], cratio[ROUNDS_MAX], mcrig, mcraw, mcr, c;
 	int rounds = 9, port = 18700, opt, r, ret;
+	const char *only = NULL;
 
-	while ((opt = getopt(argc, argv, "d:g:a:c:q:r:p:s:v")) != -1) {
+	while ((opt = getopt(argc, argv, "d:g:a:c:q:r:p:s:vo:")) != -1) {
 		switch (opt) {
 		case 'd': dev = optarg; break;
 		case 'g': gid_index = atoi(optarg); break;
@@ -546,17 +550,30 @@ int main(int argc, char *argv[])
 		case 'p': port = atoi(optarg); break;
 		case 's': settle_ms = atoi(optarg); break;
 		case 'v': verbose = 1; break;
+		case 'o': only = optarg; break;
 		default: return 2;
 		}
 	}
 	if (!dev || !addr || gid_index < 0 || settle_ms < 0 || conns < 1 || conns > CONNS_MAX || queue < 1 ||
-	    rounds < 1 || rounds > ROUNDS_MAX || port < 1 || port + 2 * rounds + 2 > 65535) {
-		fprintf(stderr, "usage: conn_rate -d DEV -g GID_INDEX -a ADDR [-c CONNS (<= %d)] [-q QUEUE] [-r ROUNDS (<= %d)] [-p PORT] [-s SETTLE_MS] [-v]\n",
+	    rounds < 1 || rounds > ROUNDS_MAX || port < 1 || port + 2 * rounds + 2 > 65535 ||
+	    (only && strcmp(only, "rig") && strcmp(only, "raw"))) {
+		fprintf(stderr, "usage: conn_rate -d DEV -g GID_INDEX -a ADDR [-c CONNS (<= %d)] [-q QUEUE] [-r ROUNDS (<= %d)] [-p PORT] [-s SETTLE_MS] [-v] [-o rig|raw]\n",
 			CONNS_MAX, ROUNDS_MAX);
 		return 2;
 	}
 	if ((ret = rig_nic_open(dev, &rig_nic)))
 		die_rig("rig_nic_open", ret);
+	if (only) {
+		for (r = 0; r <= rounds; r++) {
+			double t = !strcmp(only, "rig") ? rig_round((uint16_t)(port + r), &c)
+							: raw_round((uint16_t)(port + r), &c);
+
+			fprintf(stderr, "%s round %d: %.1f/s, CPU per connection %.0f us%s\n", only, r,
+				conns / t, c * 1e6 / conns, r ? "" : " (warm-up)");
+		}
+		rig_nic_close(rig_nic);
+		return 0;
+	}
 	/* A warm-up of each, untimed: the first connections pay for
 	 * resolving the neighbour and opening the device in rdma_cm. */
 	rig_round((uint16_t)port, &c);
