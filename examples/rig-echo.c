@@ -488,6 +488,7 @@ static void ec_bury(struct ec_thread *t)
 {
 	struct ec_server *s = t->s;
 	struct ec_conn *c, *doomed = t->doomed;
+	struct rig_qp_peer peer;
 	int err, wc, ret;
 
 	t->doomed = NULL;
@@ -497,9 +498,13 @@ static void ec_bury(struct ec_thread *t)
 		ec_poll(t, c, RIG_SEND);
 		wc = -1;
 		err = rig_qp_failure(c->qp, &wc);
-		ec_log("gone qp=0x%06x port %u after %llu msgs (%llu bytes): "
+		/* who it was: the line matches the client's own log */
+		peer = (struct rig_qp_peer){ .size = sizeof(peer) };
+		if (rig_qp_peer(c->qp, &peer))
+			snprintf(peer.addr, sizeof(peer.addr), "?");
+		ec_log("gone qp=0x%06x peer %s qp=0x%06x port %u after %llu msgs (%llu bytes): "
 		       "%s (%d), failure %d wc %d: %s",
-		       c->qpn, s->o.port + t->idx, c->msgs, c->bytes,
+		       c->qpn, peer.addr, peer.peer_qp, s->o.port + t->idx, c->msgs, c->bytes,
 		       c->gone ? strerror(-c->gone) : "failed", c->gone ? c->gone
 		       : c->error, err, wc, c->why ? c->why : "none");
 	}

@@ -42,6 +42,7 @@
 #include <arpa/inet.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <rdma/rdma_cma.h>
@@ -235,6 +236,24 @@ static bool peer_may_be_local(struct conn *c)
  * with several addresses has a GID for each, and the peer may reach only
  * the one it connected to (another subnet, a VLAN kept for RoCE).
  */
+/* "198.18.0.2:7471" or "[fd00::2]:7471": the peer's address and port as
+ * rdma_cm connected to them, for rig_qp_peer and the failure's log line. */
+static void peer_name(struct rdma_cm_id *id, char *out, size_t len)
+{
+	const struct sockaddr *sa = rdma_get_peer_addr(id);
+	char ip[INET6_ADDRSTRLEN];
+	bool v6 = sa->sa_family == AF_INET6;
+
+	if (!inet_ntop(sa->sa_family,
+		       v6 ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+			  : (const void *)&((const struct sockaddr_in *)sa)->sin_addr,
+		       ip, sizeof(ip))) {
+		out[0] = 0;
+		return;
+	}
+	snprintf(out, len, v6 ? "[%s]:%u" : "%s:%u", ip, ntohs(rdma_get_dst_port(id)));
+}
+
 static int resolved_route(struct conn *c, struct rig__route *r)
 {
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_RTR };
@@ -254,8 +273,11 @@ static int resolved_route(struct conn *c, struct rig__route *r)
 		return rig__fail(EPROTO, "%s: rdma_cm's source GID (index %u of %s port %u) "
 				 "is not the GID of the connection's address",
 				 step_name(c), attr.ah_attr.grh.sgid_index, nic->name, nic->port);
-	*r = (struct rig__route){ attr.ah_attr.grh.sgid_index, attr.ah_attr.grh.traffic_class,
-				  attr.ah_attr.grh.hop_limit, attr.ah_attr.grh.flow_label };
+	*r = (struct rig__route){ .sgid_index = attr.ah_attr.grh.sgid_index,
+				  .traffic_class = attr.ah_attr.grh.traffic_class,
+				  .hop_limit = attr.ah_attr.grh.hop_limit,
+				  .flow_label = attr.ah_attr.grh.flow_label };
+	peer_name(c->id, r->peer, sizeof(r->peer));
 	return 0;
 }
 

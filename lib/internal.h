@@ -255,6 +255,12 @@ struct rig__qp {
 	 * peer's; network order) of the connection it was made for, 0 when
 	 * none: M4's proof that a peer naming it is its other end. */
 	uint16_t cm_port[2];
+	/* Who the connect named (rig_qp_peer): set once, before the queue
+	 * pair leaves RESET, and read by any thread after. */
+	bool peer_known;		/* the fields below are set */
+	uint32_t peer_qpn;
+	uint8_t peer_gid[16];
+	char peer[64];
 	/* Set by events.c, from any thread, for the owner to apply:
 	 * ENODEV for the device, ECONNRESET for a peer that left, any
 	 * other error for an async queue-pair event. */
@@ -349,6 +355,7 @@ struct rig__route {
 	uint8_t traffic_class;
 	uint8_t hop_limit;
 	uint32_t flow_label;
+	char peer[64];			/* rdma_cm's peer address and port */
 };
 int rig__qp_connect(struct rig_qp *qp, const struct rig_endpoint *peer,
 		    bool may_be_local, const struct rig__route *route);

@@ -7,6 +7,7 @@
  * found: a connection made by address (conn.c) owns it through a release
  * hook, called when it is destroyed.
  */
+#include <arpa/inet.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -224,6 +225,13 @@ int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
 	if (ret)
 		return rig__fail_verbs(ret, nic, "ibv_query_port");
 	local = may_be_local && peer_is_own(nic, peer);
+	qp->peer_known = true;
+	qp->peer_qpn = peer->qp;
+	memcpy(qp->peer_gid, peer->gid, 16);
+	if (route && route->peer[0])
+		snprintf(qp->peer, sizeof(qp->peer), "%s", route->peer);
+	else if (!inet_ntop(AF_INET6, peer->gid, qp->peer, sizeof(qp->peer)))
+		qp->peer[0] = 0;
 
 	/* A connect refused part-way starts over from RESET (M5). */
 	if (qp->state == RIG__HALF_CONNECTED) {
@@ -332,4 +340,29 @@ RIG_EXPORT __cold int rig_qp_destroy(struct rig_qp *pub)
 	if (!pub)
 		return rig__fail(EINVAL, "rig_qp_destroy: NULL queue pair");
 	return rig__qp_free(rig__qp(pub));
+}
+
+RIG_EXPORT int rig_qp_peer(const struct rig_qp *pub, struct rig_qp_peer *p)
+{
+	const struct rig__qp *qp;
+	struct rig_qp_peer all;
+	uint32_t size;
+
+	if (!pub || !p || p->size < 8)
+		return rig__fail(EINVAL, "rig_qp_peer: %s", !pub || !p ? "NULL argument" :
+				 "size is not set to sizeof(struct rig_qp_peer)");
+	qp = container_of(pub, const struct rig__qp, pub);
+	if (!qp->peer_known)
+		return rig__fail(EINVAL, "rig_qp_peer: queue pair 0x%06x was never connected",
+				 pub->ibqp->qp_num);
+	all = (struct rig_qp_peer){ .size = sizeof(all), .qp = pub->ibqp->qp_num,
+				    .peer_qp = qp->peer_qpn };
+	memcpy(all.gid, qp->peer_gid, 16);
+	snprintf(all.addr, sizeof(all.addr), "%s", qp->peer);
+	/* As rig_qp_stats: an older, smaller structure gets what it knows. */
+	size = p->size < sizeof(all) ? p->size : sizeof(all);
+	all.size = size;
+	memset((char *)p + size, 0, p->size - size);
+	memcpy(p, &all, size);
+	return 0;
 }

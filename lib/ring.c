@@ -29,6 +29,7 @@
  *     the refusal until a reason turns up (post_refused_failed).
  * None of this makes a system call or a control request (T3).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
@@ -100,6 +101,7 @@ static bool record(struct rig__qp *qp, enum rig__cause cause, int error,
 		   const char *why, int wc_status)
 {
 	bool first = !failed(qp);
+	char peer[112];
 
 	/* The first failure wins, except that a bare flush (or a refused
 	 * post: see post_refused_failed) is only a failure whose reason
@@ -114,8 +116,14 @@ static bool record(struct rig__qp *qp, enum rig__cause cause, int error,
 	 * record of it takes them. */
 	if (failed(qp) && (!bare(qp->cause) || bare(cause)))
 		return false;
-	rig__log(RIG_LOG_WARN, "%s: queue pair 0x%06x failed%s: %s (%s)%s",
-		 qp->nic->name, qp->pub.ibqp->qp_num,
+	/* The peer named too, so that an operator can match the line with
+	 * the peer's own log and `rdma res show qp` on both hosts. */
+	peer[0] = 0;
+	if (qp->peer_known)
+		snprintf(peer, sizeof(peer), " (to %s, its queue pair 0x%06x)",
+			 qp->peer, qp->peer_qpn);
+	rig__log(RIG_LOG_WARN, "%s: queue pair 0x%06x%s failed%s: %s (%s)%s",
+		 qp->nic->name, qp->pub.ibqp->qp_num, peer,
 		 !failed(qp) ? "" : qp->cause == RIG__CAUSE_FLUSH ?
 		 ", the reason of its flush found" :
 		 ", the reason of its refused post found",

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <rdma/rdma_cma.h>
 #include <semaphore.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -30,7 +31,8 @@
  * before it ended.
  */
 enum { PORT_DIAL_ACCEPT = 18515, PORT_GARBAGE, PORT_LISTENER_FD, PORT_NEGATIVE,
-       PORT_HUGE, PORT_GONE_EARLY, PORT_CLAIM_DIALER, PORT_CLAIM_LISTENER };
+       PORT_HUGE, PORT_GONE_EARLY, PORT_CLAIM_DIALER, PORT_CLAIM_LISTENER,
+       PORT_NAMES_PEER };
 
 struct server {
 	struct rig_listener *l;
@@ -815,4 +817,88 @@ Test(cm, M4_P3_a_listener_claiming_our_gid_and_qpn_gets_no_access)
 	rdma_destroy_event_channel(ch);
 	cr_assert_eq(rig_nic_close(pn), 0);
 	cr_assert_eq(rig_nic_close(dn), 0);
+}
+
+/* The failure's log lines, kept for the test that reads them. */
+static char log_lines[4][256];
+static int log_count;
+
+static void keep_log(enum rig_log_level level, const char *line)
+{
+	(void)level;
+	if (log_count < 4)
+		snprintf(log_lines[log_count], sizeof(log_lines[0]), "%s", line);
+	__atomic_add_fetch(&log_count, 1, __ATOMIC_RELAXED);
+}
+
+/* A failure names its connection: rig_qp_peer gives both ends' queue-pair
+ * numbers and the address and port rdma_cm connected, and the failure's
+ * log line says the same, so that an operator can match the two hosts'
+ * logs and `rdma res show qp`. The dialer's peer is the listener's address
+ * and port; the listener's, the dialer's address and its source port. */
+Test(cm, a_failure_names_its_peer_by_address_and_both_queue_pairs)
+{
+	const char *ip = server_ip(), *cip = getenv("RIG_TEST_IP");
+	struct rig_nic *cn = t_nic_open(t_dev());
+	struct rig_nic *sn = t_peer_dev() ? t_nic_open(server_dev()) : cn;
+	struct server s = { NULL, 10000000, -1, NULL };
+	struct rig_qp_peer cp = { .size = sizeof(cp) }, sp = { .size = sizeof(sp) };
+	struct rig_endpoint se, ce;
+	struct rig_completion c;
+	struct rig_qp *qp = NULL;
+	struct t_buf srx;
+	char want[64], line[160];
+	const char *colon;
+	uint32_t cqpn;
+	pthread_t t;
+	long sport;
+
+	cr_assert_not_null(ip);
+	cr_assert_not_null(cip);
+	cr_assert_eq(rig_listen(sn, ip, PORT_NAMES_PEER, &s.l), 0, "%s", rig_errmsg());
+	pthread_create(&t, NULL, accept_one, &s);
+	cr_assert_eq(rig_dial(cn, ip, PORT_NAMES_PEER, 10000000, &qp), 0, "%s", rig_errmsg());
+	pthread_join(t, NULL);
+	cr_assert_eq(s.ret, 0, "rig_accept failed");
+	rig_qp_endpoint(s.qp, &se);
+	rig_qp_endpoint(qp, &ce);
+
+	cr_assert_eq(rig_qp_peer(qp, &cp), 0, "%s", rig_errmsg());
+	cr_assert_eq(cp.qp, qp->ibqp->qp_num);
+	cr_assert_eq(cp.peer_qp, s.qp->ibqp->qp_num);
+	cr_assert_arr_eq(cp.gid, se.gid, 16);
+	snprintf(want, sizeof(want), "%s:%u", ip, PORT_NAMES_PEER);
+	cr_assert_str_eq(cp.addr, want);
+
+	cr_assert_eq(rig_qp_peer(s.qp, &sp), 0, "%s", rig_errmsg());
+	cr_assert_eq(sp.qp, s.qp->ibqp->qp_num);
+	cr_assert_eq(sp.peer_qp, qp->ibqp->qp_num);
+	cr_assert_arr_eq(sp.gid, ce.gid, 16);
+	colon = strrchr(sp.addr, ':');
+	cr_assert_not_null(colon, "%s", sp.addr);
+	cr_assert_eq((size_t)(colon - sp.addr), strlen(cip), "%s", sp.addr);
+	cr_assert_eq(strncmp(sp.addr, cip, strlen(cip)), 0, "%s", sp.addr);
+	sport = strtol(colon + 1, NULL, 10);
+	cr_assert(sport > 0 && sport < 65536, "%s", sp.addr);
+
+	/* The dialer leaves: the listener's queue pair fails, and its log
+	 * line names the dialer as rig_qp_peer does. */
+	t_buf(&srx, sn, 64, 0);
+	cr_assert_eq(rig_qp_receive(s.qp, srx.r, 0, 64), 0);
+	cr_assert_eq(rig_set_log(keep_log, RIG_LOG_WARN), 0);
+	cqpn = qp->ibqp->qp_num;
+	cr_assert_eq(rig_qp_destroy(qp), 0);
+	/* a wait hears of it (T3: polls alone read no rdma_cm event) */
+	cr_assert_eq(rig_qp_wait(s.qp, RIG_RECEIVE, 10000000, &c), 1, "%s", rig_errmsg());
+	cr_assert_eq(c.error, -ECONNRESET, "%d %s", c.error, c.why ? c.why : "");
+	cr_assert_eq(rig_set_log(NULL, RIG_LOG_OFF), 0);
+	cr_assert_eq(log_count, 1, "%d log lines", log_count);
+	snprintf(line, sizeof(line), "queue pair 0x%06x (to %s, its queue pair 0x%06x) failed",
+		 sp.qp, sp.addr, cqpn);
+	cr_assert_not_null(strstr(log_lines[0], line), "log: %s\nwant: %s", log_lines[0], line);
+	cr_assert_eq(rig_qp_destroy(s.qp), 0);
+	rig_listener_close(s.l);
+	if (sn != cn)
+		cr_assert_eq(rig_nic_close(sn), 0);
+	cr_assert_eq(rig_nic_close(cn), 0);
 }

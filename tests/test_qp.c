@@ -613,6 +613,54 @@ Test(args, P2_not_connected_and_bad_side)
 	cr_assert_eq(rig_nic_close(nic), 0);
 }
 
+/* rig_qp_peer: a queue pair connected by endpoint names its peer by
+ * GID in text and by both queue-pair numbers; a smaller, older structure
+ * gets the fields it has; bad calls are -EINVAL and touch nothing. */
+Test(args, a_queue_pair_names_its_peer, .init = pair_setup, .fini = pair_teardown)
+{
+	struct rig_qp_peer p, old, untouched;
+	struct rig_endpoint eb;
+	char gid[INET6_ADDRSTRLEN];
+	struct rig_qp *q;
+
+	rig_qp_endpoint(b, &eb);
+	cr_assert_not_null(inet_ntop(AF_INET6, eb.gid, gid, sizeof(gid)));
+	memset(&p, 0xa5, sizeof(p));
+	p.size = sizeof(p);
+	cr_assert_eq(rig_qp_peer(a, &p), 0, "%s", rig_errmsg());
+	cr_assert_eq(p.size, sizeof(p));
+	cr_assert_eq(p.qp, a->ibqp->qp_num);
+	cr_assert_eq(p.peer_qp, b->ibqp->qp_num);
+	cr_assert_arr_eq(p.gid, eb.gid, 16);
+	cr_assert_str_eq(p.addr, gid);
+	/* Soft-RoCE's GIDs of IPv4 addresses are IPv4-mapped */
+	cr_assert_eq(strncmp(p.addr, "::ffff:", 7), 0, "%s", p.addr);
+
+	/* an older structure, of the first three fields only */
+	memset(&old, 0xa5, sizeof(old));
+	old.size = 12;
+	cr_assert_eq(rig_qp_peer(b, &old), 0);
+	cr_assert_eq(old.size, 12);
+	cr_assert_eq(old.qp, b->ibqp->qp_num);
+	cr_assert_eq(old.peer_qp, a->ibqp->qp_num);
+	cr_assert_eq(old.gid[0], 0xa5, "wrote past the caller's size");
+
+	memset(&untouched, 0x5a, sizeof(untouched));
+	untouched.size = sizeof(untouched);
+	p = untouched;
+	cr_assert_eq(rig_qp_peer(NULL, &p), -EINVAL);
+	cr_assert_eq(rig_qp_peer(a, NULL), -EINVAL);
+	p.size = 7;
+	cr_assert_eq(rig_qp_peer(a, &p), -EINVAL);
+	cr_assert_not_null(strstr(rig_errmsg(), "size"), "%s", rig_errmsg());
+	p.size = sizeof(p);
+	q = t_qp(nic);
+	cr_assert_eq(rig_qp_peer(q, &p), -EINVAL);
+	cr_assert_not_null(strstr(rig_errmsg(), "never connected"), "%s", rig_errmsg());
+	cr_assert_eq(memcmp(&p, &untouched, sizeof(p)), 0, "a refused call wrote");
+	cr_assert_eq(rig_qp_destroy(q), 0);
+}
+
 /* M5: connecting twice, or to an endpoint whose qp or psn is over 24
  * bits, is -EINVAL and changes nothing. */
 Test(args, M5_connect_refusals, .init = pair_setup, .fini = pair_teardown)

@@ -122,6 +122,31 @@ int rig_qp_destroy(struct rig_qp *qp);
  */
 int rig_qp_failure(const struct rig_qp *qp, int *wc_status);
 
+/*
+ * Who a queue pair is connected to, in the words an operator matches with
+ * the peer's own log and with `rdma res show qp`. @size works as in
+ * struct rig_qp_stats.
+ */
+struct rig_qp_peer {
+	uint32_t size;		/* in: the structure's size; out: bytes filled */
+	uint32_t qp;		/* this queue pair's number */
+	uint32_t peer_qp;	/* the peer's queue pair number */
+	uint8_t gid[16];	/* the peer's GID */
+	/* "198.18.0.2:7471" ("[fd00::2]:7471") for a connection made by
+	 * address (rdma_cm's peer address and port); else the GID, as
+	 * inet_ntop(3) writes it ("::ffff:198.18.0.2", "fe80::1") */
+	char addr[64];
+};
+
+/**
+ * rig_qp_peer - who @qp is connected to (rig(7) THE FAILURE MODEL)
+ *
+ * Returns 0 and fills @p; -EINVAL for a NULL argument, @p->size below 8,
+ * or a queue pair that was never connected (@p untouched). Any thread may
+ * call it while @qp lives: what it reads is set once, by the connect.
+ */
+int rig_qp_peer(const struct rig_qp *qp, struct rig_qp_peer *p);
+
 /* One entry of a batch post. */
 struct rig_post {
 	const struct rig_region *region;
