@@ -367,18 +367,29 @@ Test(replay, F5_F6_batch_queued_but_its_doorbell_failed)
 }
 
 /*
- * F1, F5: bnxt_re of rdma-core before 47 (Debian 12 ships 44) moves the
- * queue pair to ERR in its poll, even a poll that gives the library
- * nothing (a terminal CQE: providers/bnxt_re/verbs.c, bnxt_re_poll_term_cqe),
- * and then refuses every post: bnxt_re_post_send unless the queue pair is
- * RTS or SQD, bnxt_re_post_recv in ERR, each with *bad set and EINVAL
- * (see FAKE_BNXT_RE_44 in fake_verbs.h). A post rig checked that the
+ * F1, F5: bnxt_re of rdma-core before 47 (Debian 12 ships 44) keeps a
+ * queue-pair state of its own, moves it to ERR in its poll (an error CQE
+ * of the send queue, a terminal CQE: providers/bnxt_re/verbs.c,
+ * bnxt_re_poll_err_scqe, bnxt_re_poll_term_cqe), and then refuses every
+ * post: bnxt_re_post_send unless the queue pair is RTS or SQD,
+ * bnxt_re_post_recv in ERR, each with *bad set and EINVAL (see
+ * FAKE_BNXT_RE_44 in fake_verbs.h). The poll that moves it flushes what
+ * the queue pair holds on that CQ, so the library learns of the failure
+ * there too; these tests set the provider's state themselves
+ * (provider_failed), for a refusal that comes first. A post rig checked that the
  * provider refuses as invalid is a failed queue pair's post: accepted, and
  * completed in order with the failure's error, which is the refusal's
  * (-ECANCELED, no reason seen) while no reason is found. Another refusal
  * (a provider's full queue, ENOMEM) still refuses that one post on a
  * healthy queue pair.
  */
+static void provider_failed(void)
+{
+	fake_profile(f, FAKE_BNXT_RE_44);
+	f->ibqp.state = IBV_QPS_ERR;
+	f->nic_failed = true;
+}
+
 static const char *refused_after_terminal(void)
 {
 	const char *why;
@@ -393,10 +404,9 @@ static const char *refused_after_terminal(void)
 	fake_complete(f, RIG_SEND, 1, IBV_WC_SUCCESS);
 	expect_ok(RIG_SEND, 10);
 
-	/* The NIC fails the queue pair; the poll that learns it says nothing. */
-	fake_terminal(f, RIG_RECEIVE);
-	expect_none(RIG_RECEIVE);
-	cr_assert_eq(f->ibqp.state, IBV_QPS_ERR);
+	/* The provider fails the queue pair; the library has seen nothing. */
+	provider_failed();
+	expect_none(RIG_SEND);
 	expect_failure(0, -1);
 
 	cr_assert_eq(rig_qp_send(f->qp, &f->r, 0, 12), 0, "%s", rig_errmsg());
@@ -447,7 +457,7 @@ Test(replay, F1_F5_a_batch_refused_after_bnxt_re_failed_the_qp)
 
 	fake_profile(f, FAKE_BNXT_RE_44);
 	post_one(RIG_RECEIVE, 10);
-	fake_terminal(f, RIG_RECEIVE);
+	provider_failed();
 	expect_none(RIG_RECEIVE);
 	batch(p, 4, 20, 200);
 	cr_assert_eq(rig_qp_receive_batch(f->qp, p, 4), 4, "%s", rig_errmsg());
@@ -487,7 +497,7 @@ static void refused_then_reason(bool late)
 	fake_profile(f, FAKE_BNXT_RE_44);
 	post_one(RIG_SEND, 10);
 	post_one(RIG_RECEIVE, 20);
-	fake_terminal(f, RIG_RECEIVE);
+	provider_failed();
 	expect_none(RIG_RECEIVE);
 	if (late)	/* lands after the refusal read the send CQ once */
 		fake_hold(f, RIG_SEND, 1);
