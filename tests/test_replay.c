@@ -934,18 +934,22 @@ static void F1_T2_a_failure_the_rings_find_is_news_for_both(void)
 	expect_failed(RIG_SEND, 1, -ETIMEDOUT, why);
 	expect_told(1);
 
-	/* A bare flush, then its reason: told once, at the flush. */
-	tell_reset();
-	post_one(RIG_SEND, 10);
-	post_one(RIG_RECEIVE, 20);
-	post_one(RIG_RECEIVE, 21);
-	fake_complete(f, RIG_RECEIVE, 2, IBV_WC_WR_FLUSH_ERR);
-	expect(RIG_RECEIVE, -ECANCELED, 0);
-	expect_told(1);
-	fake_complete(f, RIG_SEND, 1, IBV_WC_REM_OP_ERR);
-	why = expect(RIG_SEND, -EREMOTEIO, 0);
-	expect_failed(RIG_RECEIVE, 1, -EREMOTEIO, why);
-	expect_told(1);
+	/* A bare flush, then its reason: told once, at the flush. (Not on
+	 * bnxt_re, whose flush lists take the send before its reason lands:
+	 * see every_script_on_every_profile.) */
+	if (f->profile < FAKE_BNXT_RE_44) {
+		tell_reset();
+		post_one(RIG_SEND, 10);
+		post_one(RIG_RECEIVE, 20);
+		post_one(RIG_RECEIVE, 21);
+		fake_complete(f, RIG_RECEIVE, 2, IBV_WC_WR_FLUSH_ERR);
+		expect(RIG_RECEIVE, -ECANCELED, 0);
+		expect_told(1);
+		fake_complete(f, RIG_SEND, 1, IBV_WC_REM_OP_ERR);
+		why = expect(RIG_SEND, -EREMOTEIO, 0);
+		expect_failed(RIG_RECEIVE, 1, -EREMOTEIO, why);
+		expect_told(1);
+	}
 
 	/* A doorbell the NIC refused, found by the post itself. */
 	tell_reset();
@@ -1501,7 +1505,7 @@ static const struct script {
 	SCRIPT(F1_F3_async_event_then_its_error_cqe, ALL),
 	SCRIPT(F1_F2_error_cqe_after_the_event_was_applied_is_dropped, ALL),
 	SCRIPT(F1_F3_peer_left_wins_over_an_unpolled_error_cqe, ALL & ~K67),
-	SCRIPT(F1_T2_a_failure_the_rings_find_is_news_for_both, ALL & ~BNXT),
+	SCRIPT(F1_T2_a_failure_the_rings_find_is_news_for_both, ALL),
 	SCRIPT(F3_flushes_without_a_reason_report_ECANCELED, ALL & ~K67),
 	SCRIPT(F6_error_on_one_ring_completes_the_quiet_other, ALL),
 	SCRIPT(F1_F2_receive_with_immediate_data, ALL),
