@@ -406,6 +406,39 @@ void fake_hold(struct fake *f, enum rig_side side, int polls)
 	f->ring[side].cq.hold = polls;
 }
 
+/* rxe and mlx5 flush in the NIC (the kernel, the hardware). */
+static bool nic_flushes(const struct fake *f)
+{
+	return f->profile == FAKE_RXE || f->profile == FAKE_MLX5;
+}
+
+/*
+ * rxe and mlx5: the queue pair's first error CQE (or flush) moves it to
+ * ERR, and the NIC flushes every request it holds then, after that CQE,
+ * each on its own queue's CQ, in order (rxe_qp_error runs the responder
+ * and the completer, which flush; mlx5's hardware writes a WR_FLUSH_ERR
+ * CQE per WQE). Nothing is left for a later fake_complete() to write.
+ */
+static void flush_all(struct fake *f, enum rig_side side, const struct fake_req *req)
+{
+	struct fake_ring *ring = &f->ring[side];
+	size_t after = (size_t)(req - ring->req) + 1;
+	struct ibv_wc wc = { .status = IBV_WC_WR_FLUSH_ERR, .qp_num = f->ibqp.qp_num };
+	int s;
+
+	if (ring->next < after)
+		ring->next = after;
+	for (s = RIG_SEND; s <= RIG_RECEIVE; s++) {
+		ring = &f->ring[s];
+		while (ring->next < ring->nreq) {
+			req = &ring->req[ring->next++];
+			wc.wr_id = req->wr_id;
+			wc.opcode = req->kind;
+			push(&ring->cq, &wc);
+		}
+	}
+}
+
 /* bnxt_re_handle_qp_async_event of Linux 6.7 on, for the first error of
  * the queue pair, as the library reads it (rig__events_async). */
 static void kernel_event(struct fake *f, enum ibv_wc_status status)
@@ -452,8 +485,11 @@ int fake_cqe(struct fake *f, enum rig_side side, uint64_t wr_id,
 	if (status != IBV_WC_SUCCESS && wr_id != FAKE_TERMINAL && kernel_67(f) &&
 	    !f->evented)
 		kernel_event(f, status);
-	if (status != IBV_WC_SUCCESS && (wr_id == FAKE_TERMINAL || req))
-		f->nic_failed = true;
+	if (status == IBV_WC_SUCCESS || (wr_id != FAKE_TERMINAL && !req))
+		return 1;
+	if (nic_flushes(f) && !f->nic_failed && req)
+		flush_all(f, side, req);
+	f->nic_failed = true;
 	return 1;
 }
 
@@ -474,6 +510,9 @@ int fake_complete(struct fake *f, enum rig_side side, int n,
 	int written = 0;
 
 	while (n-- > 0) {
+		/* rxe and mlx5 flushed what they held at the failure. */
+		if (nic_flushes(f) && f->nic_failed)
+			break;
 		req = next_req(f, side);
 		written += fake_cqe(f, side, req->wr_id, status, req->kind,
 				    status == IBV_WC_SUCCESS && side == RIG_RECEIVE ?
@@ -484,8 +523,11 @@ int fake_complete(struct fake *f, enum rig_side side, int n,
 
 int fake_message(struct fake *f, uint32_t byte_len)
 {
-	const struct fake_req *req = next_req(f, RIG_RECEIVE);
+	const struct fake_req *req;
 
+	if (nic_flushes(f) && f->nic_failed)
+		return 0;
+	req = next_req(f, RIG_RECEIVE);
 	cr_assert_leq(byte_len, req->length, "fake: a message longer than its receive");
 	return fake_cqe(f, RIG_RECEIVE, req->wr_id, IBV_WC_SUCCESS, IBV_WC_RECV,
 			byte_len, 0);

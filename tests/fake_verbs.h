@@ -55,16 +55,21 @@ enum fake_outcome {
  * FAKE_RXE: Soft-RoCE (Linux 6.1, rdma-core 44). Its error and flush
  * completions are CQEs the kernel writes (drivers/infiniband/sw/rxe,
  * rxe_comp.c and rxe_resp.c, with a completion event), so they are polled
- * as written. A send posted once the queue pair failed is flushed by the
- * kernel: the provider's post rings its doorbell with a write()
- * (providers/rxe/rxe.c, rxe_post_send, post_send_db), which runs the
- * requester, and the completer flushes what the failed queue pair holds.
+ * as written. With the queue pair's first error (or flush) it goes to ERR
+ * and the kernel flushes every request it holds, on each queue's CQ
+ * (rxe_qp.c, rxe_qp_error runs the responder and the completer), so
+ * nothing is left for a later fake_complete(). A send posted once the
+ * queue pair failed is flushed by the kernel: the provider's post rings
+ * its doorbell with a write() (providers/rxe/rxe.c, rxe_post_send,
+ * post_send_db), which runs the requester, and the completer flushes what
+ * the failed queue pair holds.
  * A receive posted then is queued in memory the kernel shares, without a
  * system call (rxe_post_recv), and nothing ever runs the responder for
  * it again: it never completes (rig(7) SOFT-ROCE).
  *
- * FAKE_MLX5: the hardware writes the error CQE, then a flush CQE for every
- * request of both queues on the queue's own CQ, each polled as written
+ * FAKE_MLX5: the hardware writes the error CQE, then at once a flush CQE
+ * for every request of both queues on the queue's own CQ (the fake, as
+ * for rxe, at the first error or flush), each polled as written
  * (providers/mlx5/cq.c, mlx5_parse_cqe: MLX5_CQE_REQ_ERR and
  * MLX5_CQE_RESP_ERR, mlx5_handle_error_cqe, the WR_FLUSH_ERR syndrome). Its
  * posts never look at the queue pair's state (providers/mlx5/qp.c,
@@ -211,7 +216,9 @@ int fake_cqe(struct fake *f, enum rig_side side, uint64_t wr_id,
  * does the rest (a terminal CQE, an async event). A success has the
  * request's kind and, for a receive, a message as long as the receive.
  * Returns how many of them the provider can still complete as written:
- * under a bnxt_re profile, one it flushed already it completed as flushed.
+ * under a bnxt_re profile, one it flushed already it completed as flushed;
+ * under rxe and mlx5, once the queue pair failed, none: the NIC flushed
+ * them all then.
  */
 int fake_complete(struct fake *f, enum rig_side side, int n,
 		  enum ibv_wc_status status);
