@@ -487,15 +487,18 @@ static const char *const refused_failed =
  * posts there. bnxt_re does so up to rdma-core 46 (providers/bnxt_re/
  * verbs.c: bnxt_re_post_send refuses unless the queue pair is RTS or SQD,
  * bnxt_re_post_recv refuses in ERR, each with *bad and EINVAL), and its
- * poll moves the queue pair to ERR when it reads an error CQE
- * (bnxt_re_poll_err_scqe, bnxt_re_poll_err_rcqe) or a terminal CQE,
- * which it gives the caller no completion for (bnxt_re_poll_term_cqe):
- * a poll that returned nothing may have failed the queue pair, and only
- * the next post tells. So the queue pair has failed (F1) and the post is
- * accepted (F5). The CQs are read first, as for a flush: an error CQE
- * there is the failure; else the failure is the refusal, with no reason
- * yet, and a reason that turns up later replaces it (F3). Any other
- * errno (a provider's full queue: ENOMEM) refuses this post only.
+ * poll moves the queue pair to ERR when it reads an error CQE of the
+ * send queue (bnxt_re_poll_err_scqe) or a terminal CQE, which it gives
+ * the caller no completion for (bnxt_re_poll_term_cqe). That same poll
+ * flushes what the queue pair holds on the CQ (bnxt_re_poll_flush_lists),
+ * so the library mostly knows first: no order the replay's bnxt_re
+ * profiles play gets a refusal in before it (tests/fake_verbs.h). But the
+ * provider's state is its own: a refusal of a post rig checked says the
+ * queue pair has failed (F1), and the post is accepted (F5). The CQs are
+ * read first, as for a flush: an error CQE there is the failure; else the
+ * failure is the refusal, with no reason yet, and a reason that turns up
+ * later replaces it (F3). Any other errno (a provider's full queue:
+ * ENOMEM) refuses this post only.
  * Returns true when the queue pair has failed.
  */
 static bool post_refused_failed(struct rig__qp *qp, int ret)

@@ -19,6 +19,121 @@ static void *grow(void *a, size_t *cap, size_t need, size_t size)
 /* The wr_id of a terminal CQE (fake_terminal): no request has it. */
 #define FAKE_TERMINAL UINT64_MAX
 
+const char *const fake_profile_name[FAKE_PROFILES] = {
+	[FAKE_PLAIN] = "plain",
+	[FAKE_RXE] = "rxe",
+	[FAKE_MLX5] = "mlx5",
+	[FAKE_BNXT_RE_44] = "bnxt_re, rdma-core 44, Linux < 6.7",
+	[FAKE_BNXT_RE_44_K67] = "bnxt_re, rdma-core 44, Linux >= 6.7",
+	[FAKE_BNXT_RE_50] = "bnxt_re, rdma-core >= 50, Linux < 6.7",
+	[FAKE_BNXT_RE_50_K67] = "bnxt_re, rdma-core >= 50, Linux >= 6.7",
+};
+
+static bool bnxt(const struct fake *f)
+{
+	return f->profile >= FAKE_BNXT_RE_44;
+}
+
+static bool rdma_core_50(const struct fake *f)
+{
+	return f->profile == FAKE_BNXT_RE_50 || f->profile == FAKE_BNXT_RE_50_K67;
+}
+
+static bool kernel_67(const struct fake *f)
+{
+	return f->profile == FAKE_BNXT_RE_44_K67 || f->profile == FAKE_BNXT_RE_50_K67;
+}
+
+static enum rig_side side_of(const struct fake_cq *cq)
+{
+	return cq == &cq->fake->ring[RIG_SEND].cq ? RIG_SEND : RIG_RECEIVE;
+}
+
+/* bnxt_re: the request of @ring with @wr_id that the provider still
+ * holds, or NULL. Requests complete in order, so the search is short. */
+static struct fake_req *held(struct fake_ring *ring, uint64_t wr_id)
+{
+	size_t i;
+
+	for (i = ring->first_held; i < ring->nreq; i++) {
+		if (!ring->req[i].done && ring->req[i].wr_id == wr_id)
+			return &ring->req[i];
+	}
+	return NULL;
+}
+
+static void done(struct fake_ring *ring, struct fake_req *req, bool flushed)
+{
+	req->done = true;
+	req->flushed = flushed;
+	while (ring->first_held < ring->nreq && ring->req[ring->first_held].done)
+		ring->first_held++;
+}
+
+/* The latest request of @ring with @wr_id the NIC took, or NULL: a CQE
+ * that names none is a test's stray CQE, not the NIC's failure. */
+static struct fake_req *took(struct fake_ring *ring, uint64_t wr_id)
+{
+	size_t i;
+
+	for (i = ring->nreq; i-- > 0;) {
+		if (ring->req[i].wr_id == wr_id)
+			return &ring->req[i];
+	}
+	return NULL;
+}
+
+/* bnxt_re_poll_term_cqe, bnxt_re_qp_move_flush_err: ERR, both queues. */
+static void link_both(struct fake *f)
+{
+	f->ibqp.state = IBV_QPS_ERR;
+	f->ring[RIG_SEND].linked = f->ring[RIG_RECEIVE].linked = true;
+}
+
+/* bnxt_re: one hardware CQE of @side, as its poll takes it; true if the
+ * caller gets a completion for it. */
+static bool bnxt_poll_one(struct fake *f, enum rig_side side, const struct ibv_wc *w)
+{
+	struct fake_ring *ring = &f->ring[side];
+	struct fake_req *req;
+
+	if (w->wr_id == FAKE_TERMINAL) {
+		link_both(f);
+		return false;
+	}
+	if (side == RIG_RECEIVE && w->status == IBV_WC_WR_FLUSH_ERR)
+		return false;	/* BNXT_RE_RSP_ST_HW_FLUSH: skipped */
+	req = held(ring, w->wr_id);
+	if (req)
+		done(ring, req, false);
+	if (w->status == IBV_WC_SUCCESS)
+		return true;
+	ring->linked = true;
+	if (side == RIG_SEND)
+		f->ibqp.state = IBV_QPS_ERR;
+	return true;
+}
+
+/* bnxt_re_poll_flush_wcs: a flush for every request a linked queue holds. */
+static int bnxt_flush(struct fake *f, enum rig_side side, int n, struct ibv_wc *wc)
+{
+	struct fake_ring *ring = &f->ring[side];
+	struct fake_req *req;
+	int i = 0;
+
+	while (ring->linked && i < n && ring->first_held < ring->nreq) {
+		req = &ring->req[ring->first_held];
+		wc[i++] = (struct ibv_wc){
+			.wr_id = req->wr_id,
+			.status = IBV_WC_WR_FLUSH_ERR,
+			.opcode = req->kind,
+			.qp_num = f->ibqp.qp_num,
+		};
+		done(ring, req, true);
+	}
+	return i;
+}
+
 static int fake_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 {
 	struct fake_cq *cq = container_of(ibcq, struct fake_cq, cq);
@@ -33,6 +148,15 @@ static int fake_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		i = cq->fail;
 		cq->fail = 0;
 		return i;
+	}
+	if (bnxt(cq->fake)) {
+		/* bnxt_re_poll_cq: the hardware's CQEs, then the flush lists. */
+		for (i = 0; i < n && cq->first < end;) {
+			w = &cq->wc[cq->first++];
+			if (bnxt_poll_one(cq->fake, side_of(cq), w))
+				wc[i++] = *w;
+		}
+		return i + bnxt_flush(cq->fake, side_of(cq), n - i, wc + i);
 	}
 	for (i = 0; i < n && cq->first < end;) {
 		w = &cq->wc[cq->first++];
@@ -54,8 +178,9 @@ static void push(struct fake_cq *cq, const struct ibv_wc *wc)
 }
 
 /* Records a request the NIC took; rig posts one entry per request. */
-static void take(struct fake_ring *ring, uint64_t wr_id, enum ibv_wc_opcode kind,
-		 const struct ibv_sge *sge, int num_sge)
+static struct fake_req *take(struct fake_ring *ring, uint64_t wr_id,
+			     enum ibv_wc_opcode kind, const struct ibv_sge *sge,
+			     int num_sge)
 {
 	struct fake_req *req;
 
@@ -69,6 +194,29 @@ static void take(struct fake_ring *ring, uint64_t wr_id, enum ibv_wc_opcode kind
 	req->length = sge->length;
 	req->addr = sge->addr;
 	req->lkey = sge->lkey;
+	req->done = req->flushed = false;
+	return req;
+}
+
+/*
+ * What the NIC does with a request it took once it has failed the queue
+ * pair: rxe's kernel flushes a send at once (the post's doorbell runs its
+ * requester) and never sees a receive; mlx5's hardware flushes either.
+ * The flush is the next CQE of the request's queue, as for any request
+ * the failed queue pair holds. bnxt_re's flush lists take it in its poll.
+ */
+static void taken_after_failure(struct fake *f, enum rig_side side,
+				const struct fake_req *req)
+{
+	struct fake_ring *ring = &f->ring[side];
+
+	if (!f->nic_failed ||
+	    !(f->profile == FAKE_MLX5 || (f->profile == FAKE_RXE && side == RIG_SEND)))
+		return;
+	fake_cqe(f, side, req->wr_id, IBV_WC_WR_FLUSH_ERR, req->kind, 0, 0);
+	/* fake_complete() has nothing left to write for it. */
+	if (ring->next == (size_t)(req - ring->req))
+		ring->next++;
 }
 
 /* The outcome served its one post: the next one is accepted. */
@@ -89,7 +237,7 @@ static int fake_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	int i;
 
 	for (i = 0; wr; wr = wr->next, i++) {
-		if (f->profile == FAKE_BNXT_RE_44 && f->ibqp.state != IBV_QPS_RTS &&
+		if (bnxt(f) && !rdma_core_50(f) && f->ibqp.state != IBV_QPS_RTS &&
 		    f->ibqp.state != IBV_QPS_SQD) {
 			*bad = wr;
 			return EINVAL;
@@ -101,7 +249,8 @@ static int fake_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 		cr_assert(wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_RDMA_READ,
 			  "fake: rig posted opcode %d", wr->opcode);
 		kind = wr->opcode == IBV_WR_SEND ? IBV_WC_SEND : IBV_WC_RDMA_READ;
-		take(ring, wr->wr_id, kind, wr->sg_list, wr->num_sge);
+		taken_after_failure(f, RIG_SEND, take(ring, wr->wr_id, kind, wr->sg_list,
+						      wr->num_sge));
 	}
 	cr_assert_neq(ring->outcome, FAKE_REFUSE,
 		      "fake: no request at index %d to refuse", ring->at);
@@ -118,8 +267,8 @@ static int fake_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 	int i;
 
 	for (i = 0; wr; wr = wr->next, i++) {
-		if (f->profile == FAKE_BNXT_RE_44 && (f->ibqp.state == IBV_QPS_RESET ||
-						      f->ibqp.state == IBV_QPS_ERR)) {
+		if (bnxt(f) && !rdma_core_50(f) && (f->ibqp.state == IBV_QPS_RESET ||
+						     f->ibqp.state == IBV_QPS_ERR)) {
 			*bad = wr;
 			return EINVAL;
 		}
@@ -127,7 +276,8 @@ static int fake_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 			*bad = wr;
 			return served(ring);
 		}
-		take(ring, wr->wr_id, IBV_WC_RECV, wr->sg_list, wr->num_sge);
+		taken_after_failure(f, RIG_RECEIVE, take(ring, wr->wr_id, IBV_WC_RECV,
+							 wr->sg_list, wr->num_sge));
 	}
 	cr_assert_neq(ring->outcome, FAKE_REFUSE,
 		      "fake: no request at index %d to refuse", ring->at);
@@ -154,6 +304,7 @@ void fake_reset(struct fake *f)
 	f->q.pub.msg_max = f->nic.msg_max;
 	f->ibqp.state = IBV_QPS_RTS;
 	f->profile = FAKE_PLAIN;
+	f->nic_failed = f->terminal = f->evented = false;
 	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
 		struct fake_ring *ring = &f->ring[side];
 
@@ -163,7 +314,8 @@ void fake_reset(struct fake *f)
 		ring->cq.fail = 0;
 		ring->cq.hold = 0;
 		ring->cq.polls = 0;
-		ring->nreq = ring->next = 0;
+		ring->nreq = ring->next = ring->first_held = 0;
+		ring->linked = false;
 		ring->outcome = FAKE_ACCEPT;
 	}
 }
@@ -239,6 +391,7 @@ void fake_profile(struct fake *f, enum fake_profile profile)
 
 void fake_terminal(struct fake *f, enum rig_side side)
 {
+	f->terminal = true;
 	fake_cqe(f, side, FAKE_TERMINAL, IBV_WC_GENERAL_ERR, 0, 0, 0);
 }
 
@@ -253,9 +406,61 @@ void fake_hold(struct fake *f, enum rig_side side, int polls)
 	f->ring[side].cq.hold = polls;
 }
 
-void fake_cqe(struct fake *f, enum rig_side side, uint64_t wr_id,
-	      enum ibv_wc_status status, enum ibv_wc_opcode opcode,
-	      uint32_t byte_len, unsigned int wc_flags)
+/* rxe and mlx5 flush in the NIC (the kernel, the hardware). */
+static bool nic_flushes(const struct fake *f)
+{
+	return f->profile == FAKE_RXE || f->profile == FAKE_MLX5;
+}
+
+/*
+ * rxe and mlx5: the queue pair's first error CQE (or flush) moves it to
+ * ERR, and the NIC flushes every request it holds then, after that CQE,
+ * each on its own queue's CQ, in order (rxe_qp_error runs the responder
+ * and the completer, which flush; mlx5's hardware writes a WR_FLUSH_ERR
+ * CQE per WQE). Nothing is left for a later fake_complete() to write.
+ */
+static void flush_all(struct fake *f, enum rig_side side, const struct fake_req *req)
+{
+	struct fake_ring *ring = &f->ring[side];
+	size_t after = (size_t)(req - ring->req) + 1;
+	struct ibv_wc wc = { .status = IBV_WC_WR_FLUSH_ERR, .qp_num = f->ibqp.qp_num };
+	int s;
+
+	if (ring->next < after)
+		ring->next = after;
+	for (s = RIG_SEND; s <= RIG_RECEIVE; s++) {
+		ring = &f->ring[s];
+		while (ring->next < ring->nreq) {
+			req = &ring->req[ring->next++];
+			wc.wr_id = req->wr_id;
+			wc.opcode = req->kind;
+			push(&ring->cq, &wc);
+		}
+	}
+}
+
+/* bnxt_re_handle_qp_async_event of Linux 6.7 on, for the first error of
+ * the queue pair, as the library reads it (rig__events_async). */
+static void kernel_event(struct fake *f, enum ibv_wc_status status)
+{
+	f->evented = true;
+	switch (status) {
+	case IBV_WC_RETRY_EXC_ERR:
+	case IBV_WC_RNR_RETRY_EXC_ERR:
+		fake_event(f, EACCES, "the NIC reported an access violation by the peer (QP_ACCESS_ERR)");
+		break;
+	case IBV_WC_LOC_LEN_ERR:
+		fake_event(f, EPROTO, "the NIC reported an invalid request from the peer (QP_REQ_ERR)");
+		break;
+	default:
+		fake_event(f, EIO, "the NIC reported the queue pair broken (QP_FATAL)");
+		break;
+	}
+}
+
+int fake_cqe(struct fake *f, enum rig_side side, uint64_t wr_id,
+	     enum ibv_wc_status status, enum ibv_wc_opcode opcode,
+	     uint32_t byte_len, unsigned int wc_flags)
 {
 	struct ibv_wc wc = {
 		.wr_id = wr_id,
@@ -265,8 +470,27 @@ void fake_cqe(struct fake *f, enum rig_side side, uint64_t wr_id,
 		.qp_num = f->ibqp.qp_num,
 		.wc_flags = wc_flags,
 	};
+	struct fake_req *req = wr_id == FAKE_TERMINAL ? NULL : took(&f->ring[side], wr_id);
 
+	if (bnxt(f) && wr_id != FAKE_TERMINAL) {
+		/* What the provider flushed already, it cannot complete. */
+		if (req && req->flushed)
+			return 0;
+		/* The hardware ends a receive queue it flushes with a
+		 * terminal CQE (see FAKE_BNXT_RE_44). */
+		if (side == RIG_RECEIVE && status == IBV_WC_WR_FLUSH_ERR && !f->terminal)
+			fake_terminal(f, side);
+	}
 	push(&f->ring[side].cq, &wc);
+	if (status != IBV_WC_SUCCESS && wr_id != FAKE_TERMINAL && kernel_67(f) &&
+	    !f->evented)
+		kernel_event(f, status);
+	if (status == IBV_WC_SUCCESS || (wr_id != FAKE_TERMINAL && !req))
+		return 1;
+	if (nic_flushes(f) && !f->nic_failed && req)
+		flush_all(f, side, req);
+	f->nic_failed = true;
+	return 1;
 }
 
 static const struct fake_req *next_req(struct fake *f, enum rig_side side)
@@ -279,26 +503,34 @@ static const struct fake_req *next_req(struct fake *f, enum rig_side side)
 	return &ring->req[ring->next++];
 }
 
-void fake_complete(struct fake *f, enum rig_side side, int n,
-		   enum ibv_wc_status status)
+int fake_complete(struct fake *f, enum rig_side side, int n,
+		  enum ibv_wc_status status)
+{
+	const struct fake_req *req;
+	int written = 0;
+
+	while (n-- > 0) {
+		/* rxe and mlx5 flushed what they held at the failure. */
+		if (nic_flushes(f) && f->nic_failed)
+			break;
+		req = next_req(f, side);
+		written += fake_cqe(f, side, req->wr_id, status, req->kind,
+				    status == IBV_WC_SUCCESS && side == RIG_RECEIVE ?
+				    req->length : 0, 0);
+	}
+	return written;
+}
+
+int fake_message(struct fake *f, uint32_t byte_len)
 {
 	const struct fake_req *req;
 
-	while (n-- > 0) {
-		req = next_req(f, side);
-		fake_cqe(f, side, req->wr_id, status, req->kind,
-			 status == IBV_WC_SUCCESS && side == RIG_RECEIVE ? req->length : 0,
-			 0);
-	}
-}
-
-void fake_message(struct fake *f, uint32_t byte_len)
-{
-	const struct fake_req *req = next_req(f, RIG_RECEIVE);
-
+	if (nic_flushes(f) && f->nic_failed)
+		return 0;
+	req = next_req(f, RIG_RECEIVE);
 	cr_assert_leq(byte_len, req->length, "fake: a message longer than its receive");
-	fake_cqe(f, RIG_RECEIVE, req->wr_id, IBV_WC_SUCCESS, IBV_WC_RECV,
-		 byte_len, 0);
+	return fake_cqe(f, RIG_RECEIVE, req->wr_id, IBV_WC_SUCCESS, IBV_WC_RECV,
+			byte_len, 0);
 }
 
 size_t fake_unpolled(const struct fake *f, enum rig_side side)
@@ -308,6 +540,10 @@ size_t fake_unpolled(const struct fake *f, enum rig_side side)
 
 void fake_event(struct fake *f, int error, const char *why)
 {
+	/* bnxt_re_async_event runs inside ibv_get_async_event, before the
+	 * library sees the event; the peer leaving is no verbs event. */
+	if (rdma_core_50(f) && error != ECONNRESET && error != ENODEV)
+		link_both(f);
 	if (__atomic_load_n(&f->q.pub.broken, __ATOMIC_ACQUIRE) & RIG__EVENT)
 		return;
 	f->q.event_error = error;
