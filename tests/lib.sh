@@ -2,9 +2,10 @@
 # Shared by tests/run-all and tests/run-main: installs what the build
 # needs from Debian's packages, then builds a tree.
 
+# systemtap-sdt-dev has sys/sdt.h, for the USDT probes (lib/probes.h).
 BUILD_PACKAGES=(autoconf automake libtool pkg-config make gcc g++
 	libibverbs-dev librdmacm-dev liburing-dev libcriterion-dev libuv1-dev
-	pandoc abigail-tools)
+	pandoc abigail-tools systemtap-sdt-dev)
 
 # Installs the Debian packages of "$@" that are missing.
 ensure_packages() {
