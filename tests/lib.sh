@@ -2,10 +2,12 @@
 # Shared by tests/run-all and tests/run-main: installs what the build
 # needs from Debian's packages, then builds a tree.
 
-# systemtap-sdt-dev has sys/sdt.h, for the USDT probes (lib/probes.h).
+# systemtap-sdt-dev has sys/sdt.h, for the USDT probes (rig(7) PROBES);
+# bpftrace attaches to them in the guest (tests/probes-test), which runs
+# the host's binaries.
 BUILD_PACKAGES=(autoconf automake libtool pkg-config make gcc g++
 	libibverbs-dev librdmacm-dev liburing-dev libcriterion-dev libuv1-dev
-	pandoc abigail-tools systemtap-sdt-dev)
+	pandoc abigail-tools systemtap-sdt-dev bpftrace)
 
 # Installs the Debian packages of "$@" that are missing.
 ensure_packages() {
