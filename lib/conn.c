@@ -48,6 +48,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "internal.h"
+#include "probes.h"
 
 /* Address and route resolution: rdma_cm wants a bound of its own; the
  * caller's bound applies too. */
@@ -68,6 +69,18 @@ enum conn_state {
 	CONN_ACCEPTING,
 	CONN_UP,
 	CONN_DONE,
+};
+
+/* For the conn_step probe. */
+static const char *const state_names[] = {
+	[CONN_RESOLVING_ADDR] = "RESOLVING_ADDR",
+	[CONN_RESOLVING_ROUTE] = "RESOLVING_ROUTE",
+	[CONN_MAKING] = "MAKING",
+	[CONN_CONNECTING] = "CONNECTING",
+	[CONN_ESTABLISHING] = "ESTABLISHING",
+	[CONN_ACCEPTING] = "ACCEPTING",
+	[CONN_UP] = "UP",
+	[CONN_DONE] = "DONE",
 };
 
 enum conn_home { HOME_NONE, HOME_HANDSHAKE, HOME_HALF_OPEN, HOME_ACCEPTED,
@@ -100,6 +113,7 @@ struct conn {
 	enum conn_home home;
 	struct rig__list link;		/* in the list home names, if any */
 	int result;			/* once CONN_DONE or CONN_UP */
+	int64_t started;		/* for conn_done's probe; 0 once told */
 	int64_t deadline;		/* while half-open */
 	uint64_t cookie;
 	struct rig__qp *qp;
@@ -388,10 +402,34 @@ static void conn_strip(struct conn *c)
 	}
 }
 
+/* The handshake's outcome, once, for the conn_done probe: @result and
+ * the peer's address (the one dialed, or the one a request came from). */
+static void handshake_over(struct conn *c, int result)
+{
+	char peer[INET6_ADDRSTRLEN] = "";
+	const struct sockaddr *sa;
+
+	if (!c->started)
+		return;
+	if (RIG_PROBES_ON && c->id) {
+		sa = rdma_get_peer_addr(c->id);
+		if (sa->sa_family == AF_INET)
+			inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr,
+				  peer, sizeof(peer));
+		else if (sa->sa_family == AF_INET6)
+			inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr,
+				  peer, sizeof(peer));
+	}
+	RIG_PROBE(conn_done, (uintptr_t)c, (int)c->accepting, result, peer,
+		  rig__now_ns() - c->started);
+	c->started = 0;
+}
+
 /* The one way a connection goes: off whatever list holds it, its news
  * withdrawn, its queue pair and id destroyed, its memory freed. */
 static void conn_end(struct conn *c)
 {
+	handshake_over(c, -ECONNABORTED);	/* a handshake its loop dropped */
 	conn_strip(c);
 	rig__loop_unpost(c->loop, &c->up);
 	rig__loop_unpost(c->loop, &c->gone);
@@ -427,6 +465,7 @@ static void finish(struct conn *c)
  * works on it, the helper finishes. */
 static void fail(struct conn *c, int err)
 {
+	handshake_over(c, -err);
 	if (c->listener)
 		c->listener->handshakes--;
 	c->listener = NULL;
@@ -496,6 +535,7 @@ static struct conn *conn_new(struct rig_loop *loop, bool blocking, uint64_t cook
 	c->loop = loop;
 	c->blocking = blocking;
 	c->cookie = cookie;
+	c->started = rig__now_ns();
 	c->home = HOME_NONE;
 	c->qp_owner.release = release;
 	rig__list_init(&c->link);
@@ -511,6 +551,7 @@ static void up(struct conn *c)
 	struct rig_listener *l = c->listener;
 	uint64_t cookie = l ? l->cookie : c->cookie;
 
+	handshake_over(c, 0);
 	if (l)
 		l->handshakes--;
 	c->listener = NULL;
@@ -717,6 +758,7 @@ static void accept_request(struct rig_listener *l, const struct cm_ev *ev)
 	/* No bound while its queue pair is made: that is our own work, and
 	 * RIG_CM_HANDSHAKES bounds how much of it may wait. */
 	c->deadline = INT64_MAX / 2;
+	RIG_PROBE(conn_step, (uintptr_t)c, 1, rdma_event_str(ev->type), "NEW", ev->status);
 	if (l->blocking)
 		set_home(c, HOME_HALF_OPEN, &l->half_open);
 	else
@@ -747,6 +789,8 @@ static void conn_step(struct conn *c, const struct cm_ev *ev)
 {
 	int ret = 0;
 
+	RIG_PROBE(conn_step, (uintptr_t)c, (int)c->accepting, rdma_event_str(ev->type),
+		  state_names[c->state], ev->status);
 	switch (c->state) {
 	case CONN_RESOLVING_ADDR:
 		if (ev->type != RDMA_CM_EVENT_ADDR_RESOLVED)
@@ -1175,10 +1219,12 @@ RIG_EXPORT __cold int rig_dial(struct rig_nic *nic, const char *addr, uint16_t p
 	pthread_mutex_lock(&loop->cm_lock);
 	if (!ret)
 		ret = move_to_loop(c);
-	if (!ret)
+	if (!ret) {
 		*out = &c->qp->pub;
-	else
+	} else {
+		handshake_over(c, ret);	/* a bound passed: no step failed it */
 		conn_end(c);
+	}
 	pthread_mutex_unlock(&loop->cm_lock);
 	rdma_destroy_event_channel(ch);
 	return ret;

@@ -29,6 +29,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "internal.h"
+#include "probes.h"
 
 /* Completion events acked per ibv_ack_cq_events call. */
 #define RIG_ACK_BATCH 64
@@ -460,9 +461,38 @@ static void nic_dead(struct rig_nic *nic)
 			 "every queue pair fails", nic->name);
 }
 
+/* The element an async event names, for its probe: the queue pair's
+ * number, the port's, or 0. */
+static uint32_t event_element(const struct ibv_async_event *ev)
+{
+	switch (ev->event_type) {
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		return ev->element.qp ? ev->element.qp->qp_num : 0;
+	case IBV_EVENT_PORT_ACTIVE:
+	case IBV_EVENT_PORT_ERR:
+	case IBV_EVENT_LID_CHANGE:
+	case IBV_EVENT_PKEY_CHANGE:
+	case IBV_EVENT_GID_CHANGE:
+	case IBV_EVENT_SM_CHANGE:
+	case IBV_EVENT_CLIENT_REREGISTER:
+		return (uint32_t)ev->element.port_num;
+	default:
+		return 0;
+	}
+}
+
 /* One line per async event: those that fail queue pairs as warnings. */
 static void log_event(const struct rig_nic *nic, const struct ibv_async_event *ev)
 {
+	RIG_PROBE(async_event, nic->name, ibv_event_type_str(ev->event_type),
+		  (int)ev->event_type, event_element(ev));
 	switch (ev->event_type) {
 	case IBV_EVENT_QP_FATAL:
 	case IBV_EVENT_QP_REQ_ERR:

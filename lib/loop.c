@@ -38,6 +38,7 @@
 #include <liburing.h>
 
 #include "internal.h"
+#include "probes.h"
 
 /* The loop's consumer half; the loop embeds it. */
 struct watcher {
@@ -458,6 +459,7 @@ RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, i
 		eventfd_write(loop->ready_efd, 1);
 		loop->ready_signalled = true;
 	}
+	RIG_PROBE(loop_handout, loop->id, i, (int)(backlog || loop->news.next != &loop->news));
 	pthread_mutex_unlock(&loop->lock);
 	return i;
 }

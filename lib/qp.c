@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 
 #include "internal.h"
+#include "probes.h"
 
 #define RIG_24BITS 0xffffffu
 
@@ -142,6 +143,7 @@ RIG_EXPORT __cold int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out)
 	rig__list_add(&nic->qps, &qp->link);
 	rig__events_add(qp);
 	pthread_mutex_unlock(&nic->lock);
+	RIG_PROBE(qp_made, qp->self.qp, nic->name, loop->id);
 	*out = &qp->pub;
 	return 0;
 
@@ -210,6 +212,7 @@ int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
 	struct rig_nic *nic;
 	struct ibv_port_attr pattr;
 	struct ibv_qp_attr a;
+	char gid[INET6_ADDRSTRLEN] = "";
 	int local, ret;
 
 	if (!pub || !peer)
@@ -292,6 +295,10 @@ int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
 	qp->pub.local = local;
 	__atomic_and_fetch(&qp->pub.broken, ~(uint32_t)RIG__UNCONNECTED,
 			   __ATOMIC_RELAXED);
+	/* A RoCE v2 GID is an IPv6 address (an IPv4 one is ::ffff:a.b.c.d). */
+	if (RIG_PROBES_ON)
+		inet_ntop(AF_INET6, peer->gid, gid, sizeof(gid));
+	RIG_PROBE(qp_connected, qp->self.qp, peer->qp, gid, local);
 	return 0;
 }
 
@@ -314,6 +321,7 @@ int rig__qp_free(struct rig__qp *qp)
 {
 	struct rig_nic *nic = qp->nic;
 	struct rig__qp_owner *owner = qp->owner;
+	uint32_t qpn = qp->self.qp;
 	int ret;
 
 	/* Its connection first: no rdma_cm event names it after this. */
@@ -331,6 +339,7 @@ int rig__qp_free(struct rig__qp *qp)
 	rig__list_del(&qp->link);
 	pthread_mutex_unlock(&nic->lock);
 	rig__events_forget(qp, destroy_cqs);
+	RIG_PROBE(qp_destroyed, qpn, qp->error);
 	free(qp);
 	return 0;
 }

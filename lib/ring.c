@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "probes.h"
 
 struct wc_error {
 	int error;
@@ -73,6 +74,17 @@ static struct wc_error wc_error(enum ibv_wc_status status)
 		return wc_errors[status];
 	return (struct wc_error){ EIO, "unknown completion status" };
 }
+
+/* For the qp_failed probe: where the failure came from. */
+static const char *const cause_probe_names[] = {
+	[RIG__CAUSE_NONE] = "none",
+	[RIG__CAUSE_ENTRY] = "entry",
+	[RIG__CAUSE_FLUSH] = "flush",
+	[RIG__CAUSE_REFUSED] = "refused",
+	[RIG__CAUSE_KIND] = "kind",
+	[RIG__CAUSE_EVENT] = "event",
+	[RIG__CAUSE_DEVICE] = "device",
+};
 
 /* For the log: where the failure came from (enum rig__cause). */
 static const char *const cause_names[] = {
@@ -133,6 +145,8 @@ static bool record(struct rig__qp *qp, enum rig__cause cause, int error,
 	qp->why = why;
 	qp->wc_status = wc_status;
 	__atomic_or_fetch(&qp->pub.broken, RIG__FAILED, __ATOMIC_RELAXED);
+	RIG_PROBE(qp_failed, qp->pub.ibqp->qp_num, qp->error, cause_probe_names[cause],
+		  wc_status, why);
 	return first;
 }
 

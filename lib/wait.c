@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "probes.h"
 
 /*
  * The adaptive spin (RIG_SPIN_ADAPTIVE). A sleep and its wakeup cost about
@@ -343,7 +344,7 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 	struct rig__spin *spin;
 	struct rig__qp *qp;
 	struct rig_loop *loop;
-	int64_t deadline, start, budget, now;
+	int64_t deadline, start, budget, now, slept_at = 0;
 	bool slept = false;
 	eventfd_t drained;
 	uint8_t bit;
@@ -437,6 +438,7 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 			break;
 		if (!slept) {
 			slept = true;
+			slept_at = now;
 			qp->slept[side]++;	/* rig_qp_stats: waits that slept */
 		}
 		woke = ret = sleep_on(loop, cm, deadline - now);
@@ -446,6 +448,9 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 			break;
 	}
 	rig__events_set_sleeper(qp, side, NULL);
+	/* A wait that slept, from its first sleep on, and what it returns. */
+	if (RIG_PROBES_ON && slept)
+		RIG_PROBE(wait_slept, qp->self.qp, (int)side, rig__now_ns() - slept_at, ret);
 	/* Only now that no ring names its eventfd may the thread's waiter
 	 * go (the fd number could be reused). */
 	if (waiter.broken)

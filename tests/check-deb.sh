@@ -60,6 +60,16 @@ root=$tmp/root
 for p in librig0 librig-dev rig-utils; do dpkg -x "$(deb $p)" "$root"; done
 pc=$(dirname "$(find "$root" -name rig.pc)")
 libdir=$(dirname "$(find "$root" -name 'librig.so.0')")
+# The USDT probes of rig(7) PROBES, all of them, survive dh_strip.
+mkdir -p "$tmp/probes/lib/.libs"
+ln -s "$libdir/librig.so.0" "$tmp/probes/lib/.libs/librig.so"
+top=$PWD
+if (cd "$tmp/probes" && top_srcdir=$top "$top/tests/check-probes.sh") >"$tmp/probes.log" 2>&1; then
+	echo "ok: librig0's library has every probe of rig(7) PROBES"
+else
+	cat "$tmp/probes.log"
+	fail "librig0's library and rig(7) PROBES"
+fi
 cat >"$tmp/hello.c" <<'C'
 #include <rig/rig.h>
 #include <stdio.h>

@@ -2,9 +2,12 @@
 # Shared by tests/run-all and tests/run-main: installs what the build
 # needs from Debian's packages, then builds a tree.
 
+# systemtap-sdt-dev has sys/sdt.h, for the USDT probes (rig(7) PROBES);
+# bpftrace attaches to them in the guest (tests/probes-test), which runs
+# the host's binaries.
 BUILD_PACKAGES=(autoconf automake libtool pkg-config make gcc g++
 	libibverbs-dev librdmacm-dev liburing-dev libcriterion-dev libuv1-dev
-	pandoc abigail-tools)
+	pandoc abigail-tools systemtap-sdt-dev bpftrace)
 # tests/check-deb.sh builds and lints the Debian packages with these;
 # tests/fuzz builds its libFuzzer target with these (Debian 12: clang 14).
 DEB_PACKAGES=(debhelper lintian pandoc dpkg-dev fakeroot man-db)
