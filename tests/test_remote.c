@@ -21,6 +21,7 @@
 #include <criterion/criterion.h>
 #include <endian.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -867,7 +868,8 @@ Test(raw_peer, F1_F3_F5_send_with_imm_fails_qp_EPROTO_both_rings_in_order)
 #define CM_CONFIG "/sys/kernel/config/rdma_cm"
 
 /* Ports of the by_address tests' listeners, one each (see test_cm.c). */
-enum { PORT_SECOND_ADDRESS = 18600, PORT_TOS, PORT_MTU_SMALL_DIALS, PORT_MTU_BIG_DIALS };
+enum { PORT_SECOND_ADDRESS = 18600, PORT_TOS, PORT_MTU_SMALL_DIALS, PORT_MTU_BIG_DIALS,
+       PORT_MTU_SMALL_LOOP_DIALS, PORT_MTU_BIG_LOOP_DIALS };
 /* The netdevs' MTU as tests/rxe-vm makes them, and the jumbo one. */
 #define MTU_PLAIN 1500
 #define MTU_JUMBO 9000
@@ -1207,6 +1209,47 @@ static void wait_for_active_mtu(const char *dev, enum ibv_mtu want)
 	ibv_close_device(ctx);
 }
 
+/* dial_from() by the loop calls: @dn's own loop dials a listener in
+ * @ln's; both loops are handled in turn until each has its news. */
+static void loop_dial_from(struct rig_nic *ln, struct rig_nic *dn, const char *addr,
+			   uint16_t port, struct rig_qp **ql, struct rig_qp **qd)
+{
+	struct rig_loop *ll = rig_nic_loop(ln), *dl = rig_nic_loop(dn);
+	double end = t_now_ms() + 15000;
+	struct rig_listener *l;
+	struct rig_ready r;
+	struct pollfd pfd[2];
+	int ret;
+
+	*ql = *qd = NULL;
+	ret = rig_loop_listen(ll, addr, port, 1, &l);
+	cr_assert_eq(ret, 0, "rig_loop_listen on %s: %d %s", addr, ret, rig_errmsg());
+	ret = rig_loop_dial(dl, addr, port, 10000000, 2);
+	cr_assert_eq(ret, 0, "rig_loop_dial to %s: %d %s", addr, ret, rig_errmsg());
+	while (!*ql || !*qd) {
+		cr_assert_lt(t_now_ms(), end, "no connection in 15 s (accepted %p, dialed %p)",
+			     (void *)*ql, (void *)*qd);
+		pfd[0] = (struct pollfd){ rig_loop_fd(ll), POLLIN, 0 };
+		pfd[1] = (struct pollfd){ rig_loop_fd(dl), POLLIN, 0 };
+		poll(pfd, 2, 20);
+		ret = rig_loop_handle(ll, &r, 1);
+		cr_assert_geq(ret, 0, "rig_loop_handle: %d %s", ret, rig_errmsg());
+		if (ret) {
+			cr_assert_eq(r.news, RIG_NEWS_ACCEPTED, "the listener's news %d", r.news);
+			cr_assert_eq(r.result, 0, "accepted: %d", r.result);
+			*ql = r.qp;
+		}
+		ret = rig_loop_handle(dl, &r, 1);
+		cr_assert_geq(ret, 0, "rig_loop_handle: %d %s", ret, rig_errmsg());
+		if (ret) {
+			cr_assert_eq(r.news, RIG_NEWS_DIALED, "the dialer's news %d", r.news);
+			cr_assert_eq(r.result, 0, "the dial: %d %s", r.result, rig_errmsg());
+			*qd = r.qp;
+		}
+	}
+	cr_assert_eq(rig_listener_close(l), 0);
+}
+
 static enum ibv_mtu path_mtu(struct rig_qp *qp)
 {
 	struct ibv_qp_attr a;
@@ -1233,14 +1276,17 @@ static void echo(struct rig_qp *qa, struct t_buf *tx, struct t_buf *rxa, struct 
  * by address gives its MTU in the private data and both take the smaller
  * (packets of 4096 do not fit veth1's frames: with rxe0 at its own MTU,
  * the first 4 KiB message never arrives). Connected, 4 KiB and 64 KiB
- * echo both ways, starting from either end, whichever side dials, and
- * both queue pairs have path MTU 1024. rxe's active MTU follows its
+ * echo both ways, starting from either end, whichever side dials and
+ * whether the blocking calls or a loop's connect, and both queue pairs
+ * have path MTU 1024. rxe's active MTU follows its
  * netdev's at once: no link bounce is needed.
  */
 #define MTU_ECHO_MAX (64 * 1024)
 
-static void mixed_mtus(bool small_dials)
+static void mixed_mtus(bool small_dials, bool by_loop)
 {
+	void (*connect)(struct rig_nic *, struct rig_nic *, const char *, uint16_t,
+			struct rig_qp **, struct rig_qp **) = by_loop ? loop_dial_from : dial_from;
 	struct rig_qp *qa, *qb, *ql, *qd;
 	struct t_buf txa, rxa, txb, rxb;
 	const size_t sizes[] = { 4096, MTU_ECHO_MAX };
@@ -1250,12 +1296,13 @@ static void mixed_mtus(bool small_dials)
 	wait_for_active_mtu(t_dev(), IBV_MTU_4096);
 	wait_for_active_mtu(t_peer_dev(), IBV_MTU_1024);
 	if (small_dials) {	/* rxe1 dials rxe0 */
-		dial_from(nic_a, nic_b, getenv("RIG_TEST_IP"), PORT_MTU_SMALL_DIALS, &ql, &qd);
+		connect(nic_a, nic_b, getenv("RIG_TEST_IP"),
+			by_loop ? PORT_MTU_SMALL_LOOP_DIALS : PORT_MTU_SMALL_DIALS, &ql, &qd);
 		qa = ql;
 		qb = qd;
 	} else {		/* rxe0 dials rxe1 */
-		dial_from(nic_b, nic_a, getenv("RIG_TEST_PEER_IP"), PORT_MTU_BIG_DIALS, &ql,
-			  &qd);
+		connect(nic_b, nic_a, getenv("RIG_TEST_PEER_IP"),
+			by_loop ? PORT_MTU_BIG_LOOP_DIALS : PORT_MTU_BIG_DIALS, &ql, &qd);
 		qa = qd;
 		qb = ql;
 	}
@@ -1280,10 +1327,20 @@ static void mixed_mtus(bool small_dials)
 
 Test(by_address, M3_mixed_mtus_the_1500_side_dials_and_4KiB_64KiB_echo_both_ways)
 {
-	mixed_mtus(true);
+	mixed_mtus(true, false);
 }
 
 Test(by_address, M3_mixed_mtus_the_9000_side_dials_and_4KiB_64KiB_echo_both_ways)
 {
-	mixed_mtus(false);
+	mixed_mtus(false, false);
+}
+
+Test(by_address, M3_mixed_mtus_the_1500_side_loop_dials_and_4KiB_64KiB_echo_both_ways)
+{
+	mixed_mtus(true, true);
+}
+
+Test(by_address, M3_mixed_mtus_the_9000_side_loop_dials_and_4KiB_64KiB_echo_both_ways)
+{
+	mixed_mtus(false, true);
 }
