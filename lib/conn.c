@@ -118,6 +118,7 @@ struct conn {
 	uint64_t cookie;
 	struct rig__qp *qp;
 	struct rig_endpoint peer;
+	uint8_t peer_mtu;		/* its port's (enum ibv_mtu), 0: not given */
 	/* The endpoint's GID is the address rdma_cm connected to, so the
 	 * peer may be one of our own queue pairs (M4). */
 	bool may_be_local;
@@ -290,7 +291,8 @@ static int resolved_route(struct conn *c, struct rig__route *r)
 	*r = (struct rig__route){ .sgid_index = attr.ah_attr.grh.sgid_index,
 				  .traffic_class = attr.ah_attr.grh.traffic_class,
 				  .hop_limit = attr.ah_attr.grh.hop_limit,
-				  .flow_label = attr.ah_attr.grh.flow_label };
+				  .flow_label = attr.ah_attr.grh.flow_label,
+				  .peer_mtu = c->peer_mtu };
 	peer_name(c->id, r->peer, sizeof(r->peer));
 	return 0;
 }
@@ -300,7 +302,7 @@ static void conn_param(struct rdma_conn_param *p, const uint8_t *priv,
 {
 	memset(p, 0, sizeof(*p));
 	p->private_data = priv;
-	p->private_data_len = RIG_CM_PRIVATE;
+	p->private_data_len = RIG__CM_PRIVATE_MTU;
 	p->retry_count = 7;
 	p->rnr_retry_count = 7;
 	p->qp_num = qp->pub.ibqp->qp_num;
@@ -658,29 +660,35 @@ static int make_and_connect_qp(struct conn *c)
 	return ret ? ret : connect_qp(c);
 }
 
-/* Our endpoint, in @priv, to send with @param. */
-static void our_param(struct conn *c, struct rdma_conn_param *param,
-		      uint8_t priv[RIG_CM_PRIVATE])
+/* Our endpoint and our port's MTU, in @priv, to send with @param: the
+ * peer's link may carry larger frames than ours, and each side takes the
+ * smaller MTU. 0 or -errno. */
+static int our_param(struct conn *c, struct rdma_conn_param *param,
+		     uint8_t priv[RIG__CM_PRIVATE_MTU])
 {
+	struct rig_nic *nic = c->loop->nic;
+	struct ibv_port_attr pattr;
 	struct rig_endpoint self;
+	int ret = ibv_query_port(nic->ctx, nic->port, &pattr);
 
+	if (ret)
+		return rig__fail_verbs(ret, nic, "ibv_query_port");
 	rig_qp_endpoint(&c->qp->pub, &self);
-	rig_cm_pack(&self, priv);
+	rig__cm_pack_mtu(&self, (uint8_t)pattr.active_mtu, priv);
 	conn_param(param, priv, c->qp);
+	return 0;
 }
 
 /* The dial's queue pair is made: send the request. */
 static void dial_connect(struct conn *c, int ret)
 {
 	struct rdma_conn_param param;
-	uint8_t priv[RIG_CM_PRIVATE];
+	uint8_t priv[RIG__CM_PRIVATE_MTU];
 
-	if (!ret) {
-		our_param(c, &param, priv);
-		if (rdma_connect(c->id, &param))
-			ret = rig__fail(errno, "%s: rdma_connect: %s", step_name(c),
-					strerror(errno));
-	}
+	if (!ret)
+		ret = our_param(c, &param, priv);
+	if (!ret && rdma_connect(c->id, &param))
+		ret = rig__fail(errno, "%s: rdma_connect: %s", step_name(c), strerror(errno));
 	if (ret)
 		fail(c, -ret);
 	else
@@ -703,14 +711,12 @@ static void dial_establish(struct conn *c, int ret)
 static void accept_answer(struct conn *c, int ret)
 {
 	struct rdma_conn_param param;
-	uint8_t priv[RIG_CM_PRIVATE];
+	uint8_t priv[RIG__CM_PRIVATE_MTU];
 
-	if (!ret) {
-		our_param(c, &param, priv);
-		if (rdma_accept(c->id, &param))
-			ret = rig__fail(errno, "%s: rdma_accept: %s", step_name(c),
-					strerror(errno));
-	}
+	if (!ret)
+		ret = our_param(c, &param, priv);
+	if (!ret && rdma_accept(c->id, &param))
+		ret = rig__fail(errno, "%s: rdma_accept: %s", step_name(c), strerror(errno));
 	if (ret) {
 		rdma_reject(c->id, NULL, 0);
 		fail(c, -ret);
@@ -730,10 +736,11 @@ static void accept_request(struct rig_listener *l, const struct cm_ev *ev)
 	const char *step = l->blocking ? "rig_accept" : "rig_loop_listen";
 	struct rig_loop *loop = l->loop;
 	struct rig_endpoint peer;
+	uint8_t peer_mtu;
 	struct conn *c;
 	int ret;
 
-	ret = rig_cm_parse(ev->priv, ev->priv_len, &peer);
+	ret = rig__cm_parse_mtu(ev->priv, ev->priv_len, &peer, &peer_mtu);
 	if (!ret)
 		ret = same_device(loop->nic, ev->id, step);
 	/* Shed load: a flood of requests costs a reject each, not a queue
@@ -754,6 +761,7 @@ static void accept_request(struct rig_listener *l, const struct cm_ev *ev)
 	c->id = ev->id;
 	c->id->context = c;
 	c->peer = peer;
+	c->peer_mtu = peer_mtu;
 	c->may_be_local = peer_may_be_local(c);
 	/* No bound while its queue pair is made: that is our own work, and
 	 * RIG_CM_HANDSHAKES bounds how much of it may wait. */
@@ -814,7 +822,7 @@ static void conn_step(struct conn *c, const struct cm_ev *ev)
 		 * and waits for rdma_establish. */
 		if (ev->type != RDMA_CM_EVENT_CONNECT_RESPONSE)
 			break;
-		ret = rig_cm_parse(ev->priv, ev->priv_len, &c->peer);
+		ret = rig__cm_parse_mtu(ev->priv, ev->priv_len, &c->peer, &c->peer_mtu);
 		if (ret) {
 			fail(c, -ret);
 			return;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The endpoint's 30-byte wire form (rig(7) M2), and the rdma_cm private data
- * that carries it (a tag, then the wire form). Their input is untrusted;
- * tests/fuzz_cm_parse.c fuzzes both parsers.
+ * that carries it (a tag, then the wire form, then in the connections' own
+ * form the sender's MTU). Their input is untrusted; tests/fuzz_cm_parse.c
+ * fuzzes the parsers.
  */
 #include <string.h>
 
@@ -11,6 +12,7 @@
 #define RIG_24BITS 0xffffffu
 
 static const uint8_t cm_tag[4] = { 'r', 'i', 'g', '1' };
+static const uint8_t cm_tag_mtu[4] = { 'r', 'i', 'g', '2' };
 
 static void put_be32(uint8_t *p, uint32_t v)
 {
@@ -79,5 +81,46 @@ RIG_EXPORT int rig_cm_parse(const void *data, size_t len, struct rig_endpoint *e
 	if (rig_endpoint_unpack(p + sizeof(cm_tag), RIG_ENDPOINT_WIRE, &tmp))
 		return rig__fail(EPROTO, "the peer's endpoint is malformed: %s", rig_errmsg());
 	*e = tmp;
+	return 0;
+}
+
+void rig__cm_pack_mtu(const struct rig_endpoint *e, uint8_t mtu,
+		      uint8_t out[RIG__CM_PRIVATE_MTU])
+{
+	memcpy(out, cm_tag_mtu, sizeof(cm_tag_mtu));
+	rig_endpoint_pack(e, out + sizeof(cm_tag_mtu));
+	out[RIG__CM_PRIVATE_MTU - 1] = mtu;
+}
+
+int rig__cm_parse_mtu(const void *data, size_t len, struct rig_endpoint *e, uint8_t *mtu)
+{
+	const uint8_t *p = data;
+	struct rig_endpoint tmp;
+	uint8_t code;
+	size_t i;
+
+	if (!mtu)
+		return rig__fail(EPROTO, "the peer's private data: NULL argument");
+	if (data && len >= sizeof(cm_tag) && !memcmp(p, cm_tag, sizeof(cm_tag))) {
+		if (rig_cm_parse(data, len, e))
+			return -EPROTO;
+		*mtu = 0;
+		return 0;
+	}
+	if (!data || !e || len < RIG__CM_PRIVATE_MTU ||
+	    memcmp(p, cm_tag_mtu, sizeof(cm_tag_mtu)))
+		return rig__fail(EPROTO, "the peer's private data is not a rig endpoint");
+	code = p[RIG__CM_PRIVATE_MTU - 1];
+	if (code < IBV_MTU_256 || code > IBV_MTU_4096)
+		return rig__fail(EPROTO, "the peer's private data gives MTU code %u, not 1 to 5",
+				 code);
+	for (i = RIG__CM_PRIVATE_MTU; i < len; i++)
+		if (p[i])
+			return rig__fail(EPROTO, "the peer's private data has %zu bytes more than a rig endpoint",
+					 len - RIG__CM_PRIVATE_MTU);
+	if (rig_endpoint_unpack(p + sizeof(cm_tag_mtu), RIG_ENDPOINT_WIRE, &tmp))
+		return rig__fail(EPROTO, "the peer's endpoint is malformed: %s", rig_errmsg());
+	*e = tmp;
+	*mtu = code;
 	return 0;
 }

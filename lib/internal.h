@@ -349,17 +349,32 @@ int rig__events_cm_channel(struct rig_loop *loop,
 
 /* qp.c: rig_qp_connect(), with M4's "same NIC" allowed only if
  * @may_be_local, and the route rdma_cm resolved (NULL: the NIC's GID,
- * traffic class 0, hop limit 64); destroys and frees a queue pair. */
+ * traffic class 0, hop limit 64, the port's active MTU) with the MTU the
+ * peer gave (enum ibv_mtu; 0 when it gave none): the path MTU is the
+ * smaller of its and the port's. Destroys and frees a queue pair. */
 struct rig__route {
 	uint8_t sgid_index;
 	uint8_t traffic_class;
 	uint8_t hop_limit;
 	uint32_t flow_label;
+	uint8_t peer_mtu;
 	char peer[64];			/* rdma_cm's peer address and port */
 };
 int rig__qp_connect(struct rig_qp *qp, const struct rig_endpoint *peer,
 		    bool may_be_local, const struct rig__route *route);
 int rig__qp_free(struct rig__qp *qp);
+
+/* endpoint.c: the private data the connections by address send (rig(7)
+ * CONNECTIONS BY ADDRESS): the tag "rig2", the endpoint's wire form, then the MTU code
+ * (enum ibv_mtu, 1 to 5) of the sender's port, which rig_cm_pack's form
+ * has no room for. rig__cm_parse_mtu reads either form, strictly as
+ * rig_cm_parse does, and sets *@mtu to the code, or to 0 for the old
+ * form ("rig1": the peer gave no MTU); 0 or -EPROTO, and leaves *@e and
+ * *@mtu untouched on failure. */
+#define RIG__CM_PRIVATE_MTU 35
+void rig__cm_pack_mtu(const struct rig_endpoint *e, uint8_t mtu,
+		      uint8_t out[RIG__CM_PRIVATE_MTU]);
+int rig__cm_parse_mtu(const void *data, size_t len, struct rig_endpoint *e, uint8_t *mtu);
 
 /* loop.c: queues @n for the application if it is not queued yet; runs
  * @job on the loop's helper thread (0, or -errno when no thread can take

@@ -204,7 +204,8 @@ static int modify(struct rig__qp *qp, struct ibv_qp_attr *attr, int mask,
  * pairs is believed (M4) only if @may_be_local: a connection by address
  * says no when the endpoint's GID is not the address it connected to.
  * @route, if set, is what rdma_cm resolved for it: the source GID, the
- * traffic class and the hop limit; else the NIC's GID, 0 and 64. */
+ * traffic class and the hop limit, and the MTU the peer gave; else the
+ * NIC's GID, 0 and 64, and the port's active MTU. */
 int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
 		    bool may_be_local, const struct rig__route *route)
 {
@@ -259,7 +260,11 @@ int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
 
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTR;
+	/* The peer's port may carry smaller frames than ours: a packet of
+	 * our MTU would be dropped on its link (rig(7) HARDWARE). */
 	a.path_mtu = pattr.active_mtu;
+	if (route && route->peer_mtu && route->peer_mtu < a.path_mtu)
+		a.path_mtu = route->peer_mtu;
 	a.dest_qp_num = peer->qp;
 	a.rq_psn = peer->psn;
 	a.max_dest_rd_atomic = local ? nic->max_rd_atomic : 0;

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libFuzzer target for the two parsers of untrusted bytes: rig_cm_parse
- * (a peer's rdma_cm private data: "rig1", the endpoint's 30-byte wire
- * form, zero padding) and rig_endpoint_unpack (the wire form alone).
+ * libFuzzer target for the parsers of untrusted bytes: rig_cm_parse (a
+ * peer's rdma_cm private data: "rig1", the endpoint's 30-byte wire form,
+ * zero padding), rig__cm_parse_mtu (the connections' own form, "rig2",
+ * the wire form, an MTU code 1 to 5, zero padding; or rig_cm_parse's, as
+ * code 0) and rig_endpoint_unpack (the wire form alone).
  *
  * For every input each parser must return 0 or its one error code, and:
  *   - accept exactly what include/rig/cm.h and endpoint.h say it accepts
@@ -25,6 +27,8 @@
 #include <rig/cm.h>
 #include <rig/endpoint.h>
 #include <rig/nic.h>
+
+#include "internal.h"	/* rig__cm_parse_mtu: lib/endpoint.c is built in */
 
 #define CANARY 0xa5
 #define MAX24 0xffffffu
@@ -61,6 +65,21 @@ static int ref_cm_ok(const uint8_t *p, size_t len)
 	if (len < RIG_CM_PRIVATE || memcmp(p, "rig1", 4))
 		return 0;
 	for (i = RIG_CM_PRIVATE; i < len; i++)
+		if (p[i])
+			return 0;
+	return ref_endpoint_ok(p + 4, RIG_ENDPOINT_WIRE);
+}
+
+/* The reference: is @p, @len the connections' own form? */
+static int ref_cm_mtu_ok(const uint8_t *p, size_t len)
+{
+	size_t i;
+
+	if (len < RIG__CM_PRIVATE_MTU || memcmp(p, "rig2", 4))
+		return 0;
+	if (p[34] < 1 || p[34] > 5)
+		return 0;
+	for (i = RIG__CM_PRIVATE_MTU; i < len; i++)
 		if (p[i])
 			return 0;
 	return ref_endpoint_ok(p + 4, RIG_ENDPOINT_WIRE);
@@ -114,6 +133,34 @@ static void fuzz_cm(const uint8_t *data, size_t size)
 	CHECK(!memcmp(out, data, RIG_CM_PRIVATE), "rig_cm_pack does not give back the input");
 }
 
+static void fuzz_cm_mtu(const uint8_t *data, size_t size)
+{
+	struct rig_endpoint e;
+	uint8_t out[RIG__CM_PRIVATE_MTU], mtu = CANARY;
+	int ret, old = ref_cm_ok(data, size), want = old || ref_cm_mtu_ok(data, size);
+
+	fill_canary(&e);
+	ret = rig__cm_parse_mtu(data, size, &e, &mtu);
+	CHECK(ret == 0 || ret == -EPROTO, "rig__cm_parse_mtu returned %d", ret);
+	CHECK((ret == 0) == want, "rig__cm_parse_mtu returned %d on %zu bytes, the reference %s them",
+	      ret, size, want ? "accepts" : "rejects");
+	if (ret) {
+		CHECK(is_canary(&e) && mtu == CANARY, "rig__cm_parse_mtu failed but wrote its output");
+		check_errmsg();
+		return;
+	}
+	CHECK(e.qp <= MAX24, "qp %#x over 24 bits", e.qp);
+	CHECK(e.psn <= MAX24, "psn %#x over 24 bits", e.psn);
+	if (old) {
+		CHECK(mtu == 0, "the old form gave MTU code %u", mtu);
+		return;
+	}
+	CHECK(mtu >= 1 && mtu <= 5, "MTU code %u", mtu);
+	memset(out, 0, sizeof(out));
+	rig__cm_pack_mtu(&e, mtu, out);
+	CHECK(!memcmp(out, data, RIG__CM_PRIVATE_MTU), "rig__cm_pack_mtu does not give back the input");
+}
+
 static void fuzz_endpoint(const uint8_t *data, size_t size)
 {
 	struct rig_endpoint e;
@@ -140,8 +187,10 @@ static void fuzz_endpoint(const uint8_t *data, size_t size)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct rig_endpoint e;
+	uint8_t mtu = CANARY;
 
 	fuzz_cm(data, size);
+	fuzz_cm_mtu(data, size);
 	fuzz_endpoint(data, size);
 	/* The same bytes after a tag: makes every 34-byte input that
 	 * rig_cm_parse reads also a wire form for rig_endpoint_unpack. */
@@ -152,6 +201,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fill_canary(&e);
 	CHECK(rig_cm_parse(NULL, size, &e) == -EPROTO && is_canary(&e), "rig_cm_parse(NULL data)");
 	CHECK(rig_cm_parse(data, size, NULL) == -EPROTO, "rig_cm_parse(NULL endpoint)");
+	CHECK(rig__cm_parse_mtu(NULL, size, &e, &mtu) == -EPROTO && is_canary(&e) &&
+	      mtu == CANARY, "rig__cm_parse_mtu(NULL data)");
+	CHECK(rig__cm_parse_mtu(data, size, NULL, &mtu) == -EPROTO && mtu == CANARY,
+	      "rig__cm_parse_mtu(NULL endpoint)");
+	CHECK(rig__cm_parse_mtu(data, size, &e, NULL) == -EPROTO && is_canary(&e),
+	      "rig__cm_parse_mtu(NULL MTU)");
 	CHECK(rig_endpoint_unpack(NULL, size, &e) == -EINVAL && is_canary(&e),
 	      "rig_endpoint_unpack(NULL buf)");
 	CHECK(rig_endpoint_unpack(data, size, NULL) == -EINVAL, "rig_endpoint_unpack(NULL endpoint)");

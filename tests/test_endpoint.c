@@ -1,10 +1,15 @@
 /* SPDX-License-Identifier: MIT */
-/* The endpoint's 30-byte wire form (rig(7) M2). Needs no device. */
+/*
+ * The endpoint's 30-byte wire form (rig(7) M2), and the rdma_cm private
+ * data that carries it. Needs no device: lib/endpoint.c is built in.
+ */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <string.h>
 
 #include <rig/rig.h>
+
+#include "internal.h"
 
 static const struct rig_endpoint sample = {
 	.qp = 0xabcdef,
@@ -91,4 +96,170 @@ Test(endpoint, C2_null_arguments)
 
 	cr_assert_eq(rig_endpoint_unpack(NULL, sizeof(w), &e), -EINVAL);
 	cr_assert_eq(rig_endpoint_unpack(w, sizeof(w), NULL), -EINVAL);
+}
+
+/* ---- the private data of a connection by address ------------------------ */
+
+/* rig_dial's and rig_listen's form: "rig2", the wire form, the MTU code
+ * of the sender's port (enum ibv_mtu), 35 bytes in all. */
+static const uint8_t sample_cm_mtu[RIG__CM_PRIVATE_MTU] = {
+	'r', 'i', 'g', '2',
+	0x00, 0xab, 0xcd, 0xef, 0x00, 0x12, 0x34, 0x56,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 0, 1,
+	0x02, 0x11, 0x22, 0x33, 0x44, 0x55,
+	IBV_MTU_1024,
+};
+
+Test(cm_mtu, pack_layout)
+{
+	uint8_t w[RIG__CM_PRIVATE_MTU + 1];
+
+	cr_assert_eq(RIG__CM_PRIVATE_MTU, 35);
+	memset(w, 0xee, sizeof(w));
+	rig__cm_pack_mtu(&sample, IBV_MTU_1024, w);
+	cr_assert_arr_eq(w, sample_cm_mtu, sizeof(sample_cm_mtu));
+	cr_assert_eq(w[35], 0xee, "pack wrote past 35 bytes");
+}
+
+/* @e is sample, field by field (a struct's padding is anybody's). */
+static void expect_sample(const struct rig_endpoint *e)
+{
+	cr_assert_eq(e->qp, sample.qp);
+	cr_assert_eq(e->psn, sample.psn);
+	cr_assert_arr_eq(e->gid, sample.gid, 16);
+	cr_assert_arr_eq(e->mac, sample.mac, 6);
+}
+
+/* What the parser gives for @len bytes of @p: 0 with the endpoint and
+ * the code, or -EPROTO with both left as they were. */
+static int parse(const uint8_t *p, size_t len, struct rig_endpoint *e, uint8_t *mtu)
+{
+	struct rig_endpoint before;
+	int ret;
+
+	memset(e, 0x5a, sizeof(*e));
+	before = *e;
+	*mtu = 0x77;
+	ret = rig__cm_parse_mtu(p, len, e, mtu);
+	if (ret) {
+		cr_assert_eq(ret, -EPROTO, "%d", ret);
+		cr_assert_arr_eq(e, &before, sizeof(*e), "a failed parse wrote the endpoint");
+		cr_assert_eq(*mtu, 0x77, "a failed parse wrote the MTU");
+		cr_assert_str_neq(rig_errmsg(), "no error");
+	}
+	return ret;
+}
+
+/* The form parses back, with zero padding as the transport adds it (up
+ * to 56 bytes in a request, 196 in an answer), for every MTU code. */
+Test(cm_mtu, round_trip_padded_every_code)
+{
+	uint8_t w[196] = { 0 }, mtu;
+	const size_t lens[] = { 35, 56, 196 };
+	struct rig_endpoint e;
+	size_t i;
+	int code;
+
+	for (code = IBV_MTU_256; code <= IBV_MTU_4096; code++) {
+		for (i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+			rig__cm_pack_mtu(&sample, (uint8_t)code, w);
+			cr_assert_eq(parse(w, lens[i], &e, &mtu), 0, "code %d, %zu bytes: %s",
+				     code, lens[i], rig_errmsg());
+			cr_assert_eq(mtu, code);
+			expect_sample(&e);
+		}
+	}
+}
+
+/*
+ * Every byte is checked: each of the 35 bytes and a byte of padding set
+ * to each of its 256 values is accepted exactly when the form allows it:
+ * the tag only as "rig2" (not even "rig1": then the MTU code is padding
+ * that is not zero), the top bytes of qp and psn only 0, the MTU code
+ * only 1 to 5, padding only 0; the rest of qp and psn, the GID and the
+ * MAC take any value.
+ */
+Test(cm_mtu, each_byte_each_value)
+{
+	uint8_t w[RIG__CM_PRIVATE_MTU + 1], mtu;
+	struct rig_endpoint e;
+	size_t i;
+	int v, ok, rejected = 0;
+
+	for (i = 0; i < sizeof(w); i++) {
+		for (v = 0; v < 256; v++) {
+			memcpy(w, sample_cm_mtu, RIG__CM_PRIVATE_MTU);
+			w[RIG__CM_PRIVATE_MTU] = 0;
+			w[i] = (uint8_t)v;
+			if (i < 4)
+				ok = v == "rig2"[i];
+			else if (i == 4 || i == 8)
+				ok = v == 0;
+			else if (i == RIG__CM_PRIVATE_MTU - 1)
+				ok = v >= IBV_MTU_256 && v <= IBV_MTU_4096;
+			else if (i == RIG__CM_PRIVATE_MTU)
+				ok = v == 0;
+			else
+				ok = 1;
+			cr_assert_eq(parse(w, sizeof(w), &e, &mtu), ok ? 0 : -EPROTO,
+				     "byte %zu = %#x", i, v);
+			rejected += !ok;
+		}
+	}
+	/* 4 x 255 tag, 2 x 255 qp and psn, 256 - 5 MTU, 255 padding */
+	cr_assert_eq(rejected, 4 * 255 + 2 * 255 + 251 + 255);
+}
+
+/* Cut short anywhere, it is refused; so are NULL arguments. */
+Test(cm_mtu, short_or_null_is_EPROTO)
+{
+	struct rig_endpoint e;
+	uint8_t mtu;
+	size_t len;
+
+	for (len = 0; len < RIG__CM_PRIVATE_MTU; len++)
+		cr_assert_eq(parse(sample_cm_mtu, len, &e, &mtu), -EPROTO, "%zu bytes", len);
+	cr_assert_eq(rig__cm_parse_mtu(NULL, RIG__CM_PRIVATE_MTU, &e, &mtu), -EPROTO);
+	cr_assert_eq(rig__cm_parse_mtu(sample_cm_mtu, RIG__CM_PRIVATE_MTU, NULL, &mtu), -EPROTO);
+	cr_assert_eq(rig__cm_parse_mtu(sample_cm_mtu, RIG__CM_PRIVATE_MTU, &e, NULL), -EPROTO);
+}
+
+/* rig_cm_pack's form ("rig1", 34 bytes) from a peer that gives no MTU is
+ * read as before, with code 0; its padding is checked as before, the byte
+ * where the new form has its code included. */
+Test(cm_mtu, the_old_form_gives_code_0)
+{
+	uint8_t w[56] = { 0 }, mtu;
+	struct rig_endpoint e;
+
+	rig_cm_pack(&sample, w);
+	cr_assert_eq(parse(w, RIG_CM_PRIVATE, &e, &mtu), 0, "%s", rig_errmsg());
+	cr_assert_eq(mtu, 0);
+	expect_sample(&e);
+	cr_assert_eq(parse(w, sizeof(w), &e, &mtu), 0, "%s", rig_errmsg());
+	cr_assert_eq(mtu, 0);
+	w[RIG_CM_PRIVATE] = IBV_MTU_1024;
+	cr_assert_eq(parse(w, sizeof(w), &e, &mtu), -EPROTO);
+	w[RIG_CM_PRIVATE] = 0;
+	w[4] = 1;	/* a qp over 24 bits */
+	cr_assert_eq(parse(w, sizeof(w), &e, &mtu), -EPROTO);
+}
+
+/* The public calls keep their form: rig_cm_pack writes 34 bytes, and
+ * rig_cm_parse refuses the new form. */
+Test(cm_mtu, rig_cm_pack_and_parse_unchanged)
+{
+	uint8_t w[RIG_CM_PRIVATE + 1];
+	struct rig_endpoint e, before;
+
+	cr_assert_eq(RIG_CM_PRIVATE, 34);
+	memset(w, 0xee, sizeof(w));
+	rig_cm_pack(&sample, w);
+	cr_assert_arr_eq(w, "rig1", 4);
+	cr_assert_arr_eq(w + 4, sample_cm_mtu + 4, RIG_ENDPOINT_WIRE);
+	cr_assert_eq(w[RIG_CM_PRIVATE], 0xee, "rig_cm_pack wrote past 34 bytes");
+	memset(&e, 0x5a, sizeof(e));
+	before = e;
+	cr_assert_eq(rig_cm_parse(sample_cm_mtu, sizeof(sample_cm_mtu), &e), -EPROTO);
+	cr_assert_arr_eq(&e, &before, sizeof(e));
 }

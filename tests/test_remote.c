@@ -16,11 +16,12 @@
  * assertion, not after a crash); every test also removes any qdisc left on
  * either end in its init. The tests of connections by address (suite
  * by_address) add a second address to each end, filters, a route and a
- * ToS of rdma_cm's, and remove them alike.
+ * ToS of rdma_cm's, or set one end's MTU to 9000, and remove them alike.
  */
 #include <criterion/criterion.h>
 #include <endian.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -867,9 +868,14 @@ Test(raw_peer, F1_F3_F5_send_with_imm_fails_qp_EPROTO_both_rings_in_order)
 #define CM_CONFIG "/sys/kernel/config/rdma_cm"
 
 /* Ports of the by_address tests' listeners, one each (see test_cm.c). */
-enum { PORT_SECOND_ADDRESS = 18600, PORT_TOS };
+enum { PORT_SECOND_ADDRESS = 18600, PORT_TOS, PORT_MTU_SMALL_DIALS, PORT_MTU_BIG_DIALS,
+       PORT_MTU_SMALL_LOOP_DIALS, PORT_MTU_BIG_LOOP_DIALS };
+/* The netdevs' MTU as tests/rxe-vm makes them, and the jumbo one. */
+#define MTU_PLAIN 1500
+#define MTU_JUMBO 9000
 
-/* Everything the by_address tests add, removed; quiet, for fini too. */
+/* Everything the by_address tests add, removed, and both netdevs' MTUs
+ * as they were; quiet, for fini too. */
 static void addr2_remove(void)
 {
 	char cmd[1024];
@@ -885,9 +891,11 @@ static void addr2_remove(void)
 		 "ip addr del " ADDR2_B "/24 dev %s 2>/dev/null; "
 		 "d=" CM_CONFIG "/%s; if [ -d $d ]; then "
 		 "echo 0 >$d/ports/1/default_roce_tos; rmdir $d; fi; "
+		 "ip link set dev %s mtu %d; ip link set dev %s mtu %d; "
 		 "ip neigh flush dev %s; ip neigh flush dev %s",
 		 t_netdev(), t_peer_netdev(), t_netdev(), t_peer_netdev(),
-		 t_peer_dev(), t_netdev(), t_peer_netdev());
+		 t_peer_dev(), t_netdev(), MTU_PLAIN, t_peer_netdev(), MTU_PLAIN, t_netdev(),
+		 t_peer_netdev());
 	sh_quiet(cmd);
 }
 
@@ -1032,24 +1040,31 @@ static void *accept_one(void *arg)
 	return NULL;
 }
 
-/* rxe1 dials a listener of rxe0's at @addr, @port; *@qa is the accepted
- * queue pair (rxe0), *@qb the dialed one (rxe1). */
-static void dial(const char *addr, uint16_t port, struct rig_qp **qa, struct rig_qp **qb)
+/* @dn dials a listener of @ln's at @addr, @port; *@ql is the accepted
+ * queue pair, *@qd the dialed one. */
+static void dial_from(struct rig_nic *ln, struct rig_nic *dn, const char *addr,
+		      uint16_t port, struct rig_qp **ql, struct rig_qp **qd)
 {
 	struct acceptor s = { NULL, -1, NULL };
 	pthread_t t;
 	int ret;
 
-	ret = rig_listen(nic_a, addr, port, &s.l);
+	ret = rig_listen(ln, addr, port, &s.l);
 	cr_assert_eq(ret, 0, "rig_listen on %s: %d %s", addr, ret, rig_errmsg());
 	cr_assert_eq(pthread_create(&t, NULL, accept_one, &s), 0);
-	ret = rig_dial(nic_b, addr, port, 10000000, qb);
+	ret = rig_dial(dn, addr, port, 10000000, qd);
 	pthread_join(t, NULL);
-	cr_assert_eq(ret, 0, "rig_dial to %s from %s: %d %s", addr, t_peer_dev(), ret,
-		     rig_errmsg());
+	cr_assert_eq(ret, 0, "rig_dial to %s: %d %s", addr, ret, rig_errmsg());
 	cr_assert_eq(s.ret, 0, "rig_accept on %s: %d", addr, s.ret);
 	cr_assert_eq(rig_listener_close(s.l), 0);
-	*qa = s.qp;
+	*ql = s.qp;
+}
+
+/* rxe1 dials a listener of rxe0's at @addr, @port; *@qa is the accepted
+ * queue pair (rxe0), *@qb the dialed one (rxe1). */
+static void dial(const char *addr, uint16_t port, struct rig_qp **qa, struct rig_qp **qb)
+{
+	dial_from(nic_a, nic_b, addr, port, qa, qb);
 }
 
 /* @qp's endpoint carries the GID of @ip. */
@@ -1163,4 +1178,169 @@ Test(by_address, M3_dialed_connection_sends_with_the_tos_and_hop_limit_rdma_cm_r
 	cr_assert_eq(rig_qp_destroy(qa), 0);
 	cr_assert_eq(rig_qp_destroy(qb), 0);
 	addr2_remove();
+}
+
+/* ---- mixed MTUs ---------------------------------------------------------- */
+
+/* The active MTU of @dev's port once it is @want (rxe follows its netdev's
+ * MTU when it changes); fails after 5 s. */
+static void wait_for_active_mtu(const char *dev, enum ibv_mtu want)
+{
+	double end = t_now_ms() + 5000;
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_context *ctx = NULL;
+	struct ibv_port_attr pa;
+	int i;
+
+	cr_assert_not_null(list);
+	for (i = 0; list[i]; i++)
+		if (!strcmp(dev, ibv_get_device_name(list[i])))
+			ctx = ibv_open_device(list[i]);
+	ibv_free_device_list(list);
+	cr_assert_not_null(ctx, "cannot open %s", dev);
+	for (;;) {
+		cr_assert_eq(ibv_query_port(ctx, 1, &pa), 0);
+		if (pa.active_mtu == want)
+			break;
+		cr_assert_lt(t_now_ms(), end, "%s's active MTU is %d after 5 s, not %d", dev,
+			     pa.active_mtu, want);
+		nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+	}
+	ibv_close_device(ctx);
+}
+
+/* dial_from() by the loop calls: @dn's own loop dials a listener in
+ * @ln's; both loops are handled in turn until each has its news. */
+static void loop_dial_from(struct rig_nic *ln, struct rig_nic *dn, const char *addr,
+			   uint16_t port, struct rig_qp **ql, struct rig_qp **qd)
+{
+	struct rig_loop *ll = rig_nic_loop(ln), *dl = rig_nic_loop(dn);
+	double end = t_now_ms() + 15000;
+	struct rig_listener *l;
+	struct rig_ready r;
+	struct pollfd pfd[2];
+	int ret;
+
+	*ql = *qd = NULL;
+	ret = rig_loop_listen(ll, addr, port, 1, &l);
+	cr_assert_eq(ret, 0, "rig_loop_listen on %s: %d %s", addr, ret, rig_errmsg());
+	ret = rig_loop_dial(dl, addr, port, 10000000, 2);
+	cr_assert_eq(ret, 0, "rig_loop_dial to %s: %d %s", addr, ret, rig_errmsg());
+	while (!*ql || !*qd) {
+		cr_assert_lt(t_now_ms(), end, "no connection in 15 s (accepted %p, dialed %p)",
+			     (void *)*ql, (void *)*qd);
+		pfd[0] = (struct pollfd){ rig_loop_fd(ll), POLLIN, 0 };
+		pfd[1] = (struct pollfd){ rig_loop_fd(dl), POLLIN, 0 };
+		poll(pfd, 2, 20);
+		ret = rig_loop_handle(ll, &r, 1);
+		cr_assert_geq(ret, 0, "rig_loop_handle: %d %s", ret, rig_errmsg());
+		if (ret) {
+			cr_assert_eq(r.news, RIG_NEWS_ACCEPTED, "the listener's news %d", r.news);
+			cr_assert_eq(r.result, 0, "accepted: %d", r.result);
+			*ql = r.qp;
+		}
+		ret = rig_loop_handle(dl, &r, 1);
+		cr_assert_geq(ret, 0, "rig_loop_handle: %d %s", ret, rig_errmsg());
+		if (ret) {
+			cr_assert_eq(r.news, RIG_NEWS_DIALED, "the dialer's news %d", r.news);
+			cr_assert_eq(r.result, 0, "the dial: %d %s", r.result, rig_errmsg());
+			*qd = r.qp;
+		}
+	}
+	cr_assert_eq(rig_listener_close(l), 0);
+}
+
+static enum ibv_mtu path_mtu(struct rig_qp *qp)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+
+	cr_assert_eq(ibv_query_qp(qp->ibqp, &a, IBV_QP_PATH_MTU, &ia), 0);
+	return a.path_mtu;
+}
+
+/* @n bytes from @qa to @qb and back: each end receives the message into
+ * @rx, and the other sends it back from there. */
+static void echo(struct rig_qp *qa, struct t_buf *tx, struct t_buf *rxa, struct rig_qp *qb,
+		 struct t_buf *rxb, size_t n)
+{
+	exchange(qa, tx, qb, rxb, n);
+	exchange(qb, rxb, qa, rxa, n);
+	cr_assert(memcmp(rxa->mem, tx->mem, n) == 0, "the echo of %zu bytes came back changed",
+		  n);
+}
+
+/*
+ * Mixed MTUs: veth0 carries 9000-byte frames, so rxe0's active MTU is
+ * 4096; veth1 carries 1500, and rxe1's is 1024. Each side of a connection
+ * by address gives its MTU in the private data and both take the smaller
+ * (packets of 4096 do not fit veth1's frames: with rxe0 at its own MTU,
+ * the first 4 KiB message never arrives). Connected, 4 KiB and 64 KiB
+ * echo both ways, starting from either end, whichever side dials and
+ * whether the blocking calls or a loop's connect, and both queue pairs
+ * have path MTU 1024. rxe's active MTU follows its
+ * netdev's at once: no link bounce is needed.
+ */
+#define MTU_ECHO_MAX (64 * 1024)
+
+static void mixed_mtus(bool small_dials, bool by_loop)
+{
+	void (*connect)(struct rig_nic *, struct rig_nic *, const char *, uint16_t,
+			struct rig_qp **, struct rig_qp **) = by_loop ? loop_dial_from : dial_from;
+	struct rig_qp *qa, *qb, *ql, *qd;
+	struct t_buf txa, rxa, txb, rxb;
+	const size_t sizes[] = { 4096, MTU_ECHO_MAX };
+	size_t i;
+
+	t_sh("ip link set dev %s mtu %d", t_netdev(), MTU_JUMBO);
+	wait_for_active_mtu(t_dev(), IBV_MTU_4096);
+	wait_for_active_mtu(t_peer_dev(), IBV_MTU_1024);
+	if (small_dials) {	/* rxe1 dials rxe0 */
+		connect(nic_a, nic_b, getenv("RIG_TEST_IP"),
+			by_loop ? PORT_MTU_SMALL_LOOP_DIALS : PORT_MTU_SMALL_DIALS, &ql, &qd);
+		qa = ql;
+		qb = qd;
+	} else {		/* rxe0 dials rxe1 */
+		connect(nic_b, nic_a, getenv("RIG_TEST_PEER_IP"),
+			by_loop ? PORT_MTU_BIG_LOOP_DIALS : PORT_MTU_BIG_DIALS, &ql, &qd);
+		qa = qd;
+		qb = ql;
+	}
+	t_buf(&txa, nic_a, MTU_ECHO_MAX, 107);
+	t_buf(&rxa, nic_a, MTU_ECHO_MAX + 64, 108);
+	t_buf(&txb, nic_b, MTU_ECHO_MAX, 109);
+	t_buf(&rxb, nic_b, MTU_ECHO_MAX + 64, 110);
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		echo(qa, &txa, &rxa, qb, &rxb, sizes[i]);	/* 9000 first */
+		echo(qb, &txb, &rxb, qa, &rxa, sizes[i]);	/* 1500 first */
+	}
+	expect_idle(qa);
+	expect_idle(qb);
+	cr_assert_eq(path_mtu(qa), IBV_MTU_1024, "rxe0's queue pair: path MTU %d",
+		     path_mtu(qa));
+	cr_assert_eq(path_mtu(qb), IBV_MTU_1024, "rxe1's queue pair: path MTU %d",
+		     path_mtu(qb));
+	cr_assert_eq(rig_qp_destroy(qa), 0);
+	cr_assert_eq(rig_qp_destroy(qb), 0);
+	addr2_remove();
+}
+
+Test(by_address, M3_mixed_mtus_the_1500_side_dials_and_4KiB_64KiB_echo_both_ways)
+{
+	mixed_mtus(true, false);
+}
+
+Test(by_address, M3_mixed_mtus_the_9000_side_dials_and_4KiB_64KiB_echo_both_ways)
+{
+	mixed_mtus(false, false);
+}
+
+Test(by_address, M3_mixed_mtus_the_1500_side_loop_dials_and_4KiB_64KiB_echo_both_ways)
+{
+	mixed_mtus(true, true);
+}
+
+Test(by_address, M3_mixed_mtus_the_9000_side_loop_dials_and_4KiB_64KiB_echo_both_ways)
+{
+	mixed_mtus(false, true);
 }

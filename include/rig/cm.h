@@ -3,10 +3,13 @@
 #define RIG_CM_H
 /*
  * Connecting by address, with librdmacm. The two sides exchange their
- * endpoints (the 30-byte wire form, after a 4-byte tag) in the connection
- * manager's private data and connect with rig_qp_connect(), so the queue
- * pairs follow exactly the rules of rig(7) M3 and M4. The peer's private
- * data is untrusted: rig_cm_parse() checks it.
+ * endpoints (the 30-byte wire form, after a 4-byte tag "rig2", then the
+ * MTU code of their port) in the connection manager's private data and
+ * connect as rig_qp_connect() does, so the queue pairs follow exactly the
+ * rules of rig(7) M3 and M4, with the smaller MTU of the two as their path
+ * MTU. They also accept rig_cm_pack()'s form, which gives no MTU (rig(7)
+ * CONNECTIONS BY ADDRESS). The peer's private data is untrusted: it is
+ * checked as strictly as rig_cm_parse() checks its form.
  *
  * A connection owns its queue pair: rig_qp_destroy() disconnects it.
  * While it lives, its loop watches it: when the peer leaves (its process
@@ -44,7 +47,7 @@ struct rig_qp;
 struct rig_loop;
 struct rig_listener;
 
-/* What goes in the private data: the tag "rig1", then the endpoint. */
+/* rig_cm_pack()'s private data: the tag "rig1", then the endpoint. */
 #define RIG_CM_PRIVATE 34
 /* How long a handshake may wait for the peer's next step: from the
  * dialer's request until rig's answer is no part of it. */
