@@ -278,8 +278,8 @@ struct rig__qp {
 	uint64_t slept[2];
 	uint64_t completed[2];
 	uint64_t async_events;
-	/* rig_qp_close was called (set by the owner's thread, under the
-	 * loop's lock): the loop lists no news of it any more. */
+	/* rig_qp_close was called (set atomically by the owner's thread):
+	 * the loop lists and hands out no news of it any more. */
 	bool closing;
 };
 

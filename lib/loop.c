@@ -72,7 +72,7 @@ static void on_ring(struct rig__consumer *c, struct rig__qp *qp, int side)
 {
 	struct rig_loop *loop = container_of(c, struct watcher, hooks)->loop;
 
-	if (loop->listing && !qp->closing)
+	if (loop->listing && !__atomic_load_n(&qp->closing, __ATOMIC_ACQUIRE))
 		post_locked(loop, &qp->news[side]);
 }
 
@@ -128,18 +128,15 @@ void rig__loop_post(struct rig_loop *loop, struct rig__news *n)
 	pthread_mutex_unlock(&loop->lock);
 }
 
-/* rig_qp_close: from now on the loop hands out no news of @qp but the
- * close's own (on_ring lists none, rig_loop_handle drops its GONE). */
+/*
+ * rig_qp_close: from now on the loop hands out no news of @qp but the
+ * close's own: on_ring lists none, rig_loop_handle drops what is listed.
+ * No lock: the helper may hold the loop's while it destroys another
+ * queue pair's CQs (events_forget), and the close must not wait for it.
+ */
 void rig__loop_closing(struct rig__qp *qp)
 {
-	struct rig_loop *loop = qp->loop;
-
-	pthread_mutex_lock(&loop->lock);
-	qp->closing = true;
-	rig__list_del(&qp->news[RIG_SEND].link);
-	rig__list_del(&qp->news[RIG_RECEIVE].link);
-	on_done(loop->watcher);
-	pthread_mutex_unlock(&loop->lock);
+	__atomic_store_n(&qp->closing, true, __ATOMIC_RELEASE);
 }
 
 void rig__loop_unpost(struct rig_loop *loop, struct rig__news *n)
@@ -481,9 +478,12 @@ RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, i
 	for (i = 0; i < max && loop->news.next != &loop->news; i++) {
 		n = container_of(loop->news.next, struct rig__news, link);
 		rig__list_del(&n->link);
-		/* A connection's end, told after the application closed its
-		 * queue pair: nothing of it is the application's any more. */
-		if (n->what.news == RIG_NEWS_GONE && rig__qp(n->what.qp)->closing) {
+		/* A ring's news or a connection's end, listed before the
+		 * application closed its queue pair: nothing of it is the
+		 * application's any more (its memory lives until the close's
+		 * news is handed out, and events_forget unlinks these). */
+		if ((n->what.news == RIG_NEWS_RING || n->what.news == RIG_NEWS_GONE) &&
+		    __atomic_load_n(&rig__qp(n->what.qp)->closing, __ATOMIC_ACQUIRE)) {
 			i--;
 			continue;
 		}
