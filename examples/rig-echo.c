@@ -39,9 +39,24 @@
  * A client that leaves (its process ends or is killed, it destroys its
  * queue pair) comes out of the loop as RIG_NEWS_GONE: the server takes
  * what its rings still report, prints one line with the news' result and
- * the failure rig_qp_failure() keeps, and destroys the queue pair. A
- * completion that fails without that news (a message longer than MAXSIZE,
- * say) ends the connection the same way.
+ * the failure rig_qp_failure() keeps, and closes the queue pair with
+ * rig_qp_close(). A completion that fails without that news (a message
+ * longer than MAXSIZE, say) ends the connection the same way.
+ *
+ * Closing, not destroying. Destroying a queue pair takes the kernel
+ * milliseconds (its QP, two CQs, the disconnect and the rdma_cm id), and
+ * a thread that destroyed each departed client would stall every other
+ * client of its loop for as long: 200 clients killed at once cost seconds.
+ * rig_qp_close() returns at once and the loop's helper thread does the
+ * destroy; RIG_NEWS_CLOSED, whose cookie names the client, says when it is
+ * done. Only then does the NIC write no more into the client's slots
+ * (rig(7) D3), so its region and memory are freed at that news, not at
+ * the close. A client stays in its thread's map until then, marked
+ * closing; the loop hands out no other news of it meanwhile. At shutdown,
+ * closing the loop ends the closes under way, and their clients' memory
+ * goes after it. The one place that still destroys in line is a client
+ * refused as it arrives (no memory for it), which is rare and cheap to
+ * keep simple.
  *
  * Thread 0 also reads a signalfd (SIGINT, SIGTERM: stop; SIGUSR1: print a
  * stats line) and counts a 1 s tick (an io_uring timeout; -v prints the
@@ -112,6 +127,7 @@ struct ec_conn {
 	uint64_t recv_head, recv_tail, send_head, send_tail;
 	unsigned long long msgs, bytes;
 	bool doomed;
+	bool closing;			/* rig_qp_close()d, its news not yet in */
 	int gone;			/* RIG_NEWS_GONE's result, or 0 */
 	int error;			/* the first failed completion's */
 	const char *why;
@@ -480,9 +496,22 @@ static void ec_poll(struct ec_thread *t, struct ec_conn *c, enum rig_side side)
 		ec_doom(t, c, ret, "rig_qp_poll refused");
 }
 
+/* @c's queue pair is destroyed: the NIC writes no more into its memory. */
+static void ec_closed(struct ec_thread *t, struct ec_conn *c)
+{
+	struct ec_server *s = t->s;
+
+	ec_unlink(t, c);
+	ec_free(c);
+	t->gone++;
+	/* due first: whoever sees no client sees the trim due */
+	atomic_store(&s->trim_due, true);
+	atomic_fetch_sub(&s->clients, 1);
+}
+
 /*
- * Reports, then destroys, the queue pairs that went during the last news:
- * every line first, so that a client's report waits for no destroy.
+ * Reports, then closes, the queue pairs that went during the last news:
+ * every line first, so that a client's report waits for no close.
  */
 static void ec_bury(struct ec_thread *t)
 {
@@ -510,15 +539,16 @@ static void ec_bury(struct ec_thread *t)
 	}
 	while ((c = doomed)) {
 		doomed = c->next_doomed;
-		ec_unlink(t, c);
-		ret = rig_qp_destroy(c->qp);
-		if (ret)
-			ec_fail("rig_qp_destroy", ret);
-		ec_free(c);
-		t->gone++;
-		/* due first: whoever sees no client sees the trim due */
-		atomic_store(&s->trim_due, true);
-		atomic_fetch_sub(&s->clients, 1);
+		/* its memory goes at RIG_NEWS_CLOSED (ec_closed) */
+		c->closing = true;
+		ret = rig_qp_close(c->qp, (uint64_t)(uintptr_t)c);
+		if (ret) {
+			ec_fail("rig_qp_close", ret);
+			ret = rig_qp_destroy(c->qp);
+			if (ret)
+				ec_fail("rig_qp_destroy", ret);
+			ec_closed(t, c);
+		}
 	}
 }
 
@@ -528,6 +558,13 @@ static void ec_on_news(struct ec_thread *t, const struct rig_ready *r)
 
 	if (r->news == RIG_NEWS_ACCEPTED) {
 		ec_accept(t, r->qp);
+		return;
+	}
+	if (r->news == RIG_NEWS_CLOSED) {
+		c = (struct ec_conn *)(uintptr_t)r->cookie;
+		if (r->result)
+			ec_fail("rig_qp_close", r->result);
+		ec_closed(t, c);
 		return;
 	}
 	c = ec_find(t, r->qp);
@@ -678,7 +715,7 @@ static int ec_thread_setup(struct ec_thread *t)
 /* Gives back what the thread took, its clients' queue pairs first. */
 static int ec_thread_teardown(struct ec_thread *t)
 {
-	struct ec_conn *c;
+	struct ec_conn *c, *closing = NULL;
 	unsigned int i;
 	int ret, status = 0;
 
@@ -688,6 +725,13 @@ static int ec_thread_teardown(struct ec_thread *t)
 	for (i = 0; i < EC_BUCKETS; i++)
 		while ((c = t->bucket[i])) {
 			t->bucket[i] = c->next;
+			if (c->closing) {
+				/* the NIC may write its memory until the
+				 * loop has ended its close */
+				c->next = closing;
+				closing = c;
+				continue;
+			}
 			ret = rig_qp_destroy(c->qp);
 			if (ret)
 				status = ec_fail("rig_qp_destroy", ret);
@@ -698,6 +742,11 @@ static int ec_thread_teardown(struct ec_thread *t)
 		status = ec_fail("rig_listener_close", ret);
 	if (t->loop && (ret = rig_loop_close(t->loop)))
 		status = ec_fail("rig_loop_close", ret);
+	while ((c = closing)) {
+		closing = c->next;
+		ec_free(c);
+		atomic_fetch_sub(&t->s->clients, 1);
+	}
 	return status;
 }
 

@@ -380,7 +380,7 @@ static void free_qp(struct conn *c)
 
 	c->qp->owner = NULL;	/* not through the release hook: we are it */
 	if (r) {
-		*r = (struct reap){ .job.work = reap_work, .qp = c->qp };
+		*r = (struct reap){ .job = { .work = reap_work, .teardown = true }, .qp = c->qp };
 		if (!rig__loop_defer(c->loop, &r->job))
 			goto out;
 		free(r);

@@ -137,10 +137,13 @@ struct rig__news {
 
 /* Work a loop hands to its helper thread (loop.c): control calls too slow
  * for the loop's own thread, such as making a queue pair (the kernel
- * takes ~20 ms for one with 4095-entry rings on an emulated guest). */
+ * takes ~20 ms for one with 4095-entry rings on an emulated guest) or
+ * destroying one (as long). A teardown waits in a queue of its own, so
+ * that a storm of them cannot hold up handshakes (see helper_main). */
 struct rig__job {
-	struct rig__list link;		/* in loop->jobs */
+	struct rig__list link;		/* in loop->jobs or loop->teardowns */
 	void (*work)(struct rig__job *self);
+	bool teardown;
 };
 
 /*
@@ -178,7 +181,8 @@ struct rig_loop {
 	bool helper_started, helper_stop;
 	pthread_mutex_t job_lock;
 	pthread_cond_t job_cond;
-	struct rig__list jobs;
+	struct rig__list jobs, teardowns;
+	bool took_teardown;		/* the helper's last job was one */
 	struct rig__list link;		/* in nic->loops */
 	uint64_t id;		/* never reused: wait.c's polls name the loop */
 	/* The completion vector of its CQs: the NIC's loops take the
@@ -203,6 +207,7 @@ enum {
 	RIG__UNCONNECTED = 1 << 0,
 	RIG__FAILED = 1 << 1,	/* the failure record below is set */
 	RIG__EVENT = 1 << 2,	/* an async event failed it: apply in poll */
+	RIG__CLOSED = 1 << 3,	/* rig_qp_close: posts and polls are -EINVAL */
 };
 
 /* Where a failure came from. A flush and a refused post are failures
@@ -279,6 +284,9 @@ struct rig__qp {
 	uint64_t slept[2];
 	uint64_t completed[2];
 	uint64_t async_events;
+	/* rig_qp_close was called (set atomically by the owner's thread):
+	 * the loop lists and hands out no news of it any more. */
+	bool closing;
 };
 
 static inline struct rig__qp *rig__qp(struct rig_qp *qp)
@@ -363,6 +371,9 @@ struct rig__route {
 int rig__qp_connect(struct rig_qp *qp, const struct rig_endpoint *peer,
 		    bool may_be_local, const struct rig__route *route);
 int rig__qp_free(struct rig__qp *qp);
+/* qp.c: rig__qp_free() but for the last free(): 0, and the NIC holds
+ * nothing of @qp; or -errno, and it stays listed for rig_nic_close. */
+int rig__qp_teardown(struct rig__qp *qp);
 
 /* endpoint.c: the private data the connections by address send (rig(7)
  * CONNECTIONS BY ADDRESS): the tag "rig2", the endpoint's wire form, then the MTU code
@@ -383,6 +394,8 @@ void rig__loop_post(struct rig_loop *loop, struct rig__news *n);
 /* loop.c: withdraws @n if it is queued. */
 void rig__loop_unpost(struct rig_loop *loop, struct rig__news *n);
 int rig__loop_defer(struct rig_loop *loop, struct rig__job *job);
+/* loop.c: marks @qp closing, its rings' news withdrawn for good. */
+void rig__loop_closing(struct rig__qp *qp);
 int rig__loop_open(struct rig_nic *nic, struct rig_loop **out);
 int rig__loop_free(struct rig_loop *loop);
 

@@ -23,10 +23,10 @@
  * arm, and no ring is left unarmed with completions nobody will hear of.
  *
  * A loop's slow control calls (making and destroying the queue pairs of
- * its connections) run on a helper thread of its own, started by the
- * first one, so that the loop's thread never waits for the kernel to
- * build a queue pair; each loop has its own, so no loop waits for
- * another's.
+ * its connections, and rig_qp_close's destroys) run on a helper thread
+ * of its own, started by the first one, so that the loop's thread never
+ * waits for the kernel to build or tear down a queue pair; each loop has
+ * its own, so no loop waits for another's.
  */
 #include <errno.h>
 #include <poll.h>
@@ -73,7 +73,7 @@ static void on_ring(struct rig__consumer *c, struct rig__qp *qp, int side)
 {
 	struct rig_loop *loop = container_of(c, struct watcher, hooks)->loop;
 
-	if (loop->listing)
+	if (loop->listing && !__atomic_load_n(&qp->closing, __ATOMIC_ACQUIRE))
 		post_locked(loop, &qp->news[side]);
 }
 
@@ -129,12 +129,46 @@ void rig__loop_post(struct rig_loop *loop, struct rig__news *n)
 	pthread_mutex_unlock(&loop->lock);
 }
 
+/*
+ * rig_qp_close: from now on the loop hands out no news of @qp but the
+ * close's own: on_ring lists none, rig_loop_handle drops what is listed.
+ * No lock: the helper may hold the loop's while it destroys another
+ * queue pair's CQs (events_forget), and the close must not wait for it.
+ */
+void rig__loop_closing(struct rig__qp *qp)
+{
+	__atomic_store_n(&qp->closing, true, __ATOMIC_RELEASE);
+}
+
 void rig__loop_unpost(struct rig_loop *loop, struct rig__news *n)
 {
 	pthread_mutex_lock(&loop->lock);
 	rig__list_del(&n->link);
 	on_done(loop->watcher);
 	pthread_mutex_unlock(&loop->lock);
+}
+
+/*
+ * The order the helper takes jobs in: each queue in the order it was
+ * filled, and the two queues in turn while both hold some. A handshake
+ * then waits behind one teardown at most per job of its own queue ahead
+ * of it, however many departures were queued before it, and a stream of
+ * handshakes cannot hold teardowns (and the memory they give back) off
+ * for ever either. job_lock held.
+ */
+static struct rig__job *next_job(struct rig_loop *loop)
+{
+	bool jobs = loop->jobs.next != &loop->jobs;
+	bool teardowns = loop->teardowns.next != &loop->teardowns;
+	struct rig__list *l;
+
+	if (!jobs && !teardowns)
+		return NULL;
+	l = teardowns && (!jobs || !loop->took_teardown) ? loop->teardowns.next
+							: loop->jobs.next;
+	loop->took_teardown = l != loop->jobs.next;
+	rig__list_del(l);
+	return container_of(l, struct rig__job, link);
 }
 
 static void *helper_main(void *arg)
@@ -144,15 +178,14 @@ static void *helper_main(void *arg)
 
 	pthread_mutex_lock(&loop->job_lock);
 	for (;;) {
-		if (loop->jobs.next == &loop->jobs) {
+		job = next_job(loop);
+		if (!job) {
 			/* Stops only once every job queued ran. */
 			if (loop->helper_stop)
 				break;
 			pthread_cond_wait(&loop->job_cond, &loop->job_lock);
 			continue;
 		}
-		job = container_of(loop->jobs.next, struct rig__job, link);
-		rig__list_del(&job->link);
 		pthread_mutex_unlock(&loop->job_lock);
 		job->work(job);
 		pthread_mutex_lock(&loop->job_lock);
@@ -178,7 +211,8 @@ int rig__loop_defer(struct rig_loop *loop, struct rig__job *job)
 		loop->helper_started = !ret;
 	}
 	if (!ret) {
-		rig__list_add(loop->jobs.prev, &job->link);
+		rig__list_add(job->teardown ? loop->teardowns.prev : loop->jobs.prev,
+			      &job->link);
 		pthread_cond_signal(&loop->job_cond);
 	}
 	pthread_mutex_unlock(&loop->job_lock);
@@ -217,6 +251,7 @@ int rig__loop_open(struct rig_nic *nic, struct rig_loop **out)
 	rig__list_init(&loop->handshakes);
 	rig__list_init(&loop->cm_kept);
 	rig__list_init(&loop->jobs);
+	rig__list_init(&loop->teardowns);
 	ret = rig__events_open(loop);
 	if (ret) {
 		free(loop);
@@ -444,6 +479,15 @@ RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, i
 	for (i = 0; i < max && loop->news.next != &loop->news; i++) {
 		n = container_of(loop->news.next, struct rig__news, link);
 		rig__list_del(&n->link);
+		/* A ring's news or a connection's end, listed before the
+		 * application closed its queue pair: nothing of it is the
+		 * application's any more (its memory lives until the close's
+		 * news is handed out, and events_forget unlinks these). */
+		if ((n->what.news == RIG_NEWS_RING || n->what.news == RIG_NEWS_GONE) &&
+		    __atomic_load_n(&rig__qp(n->what.qp)->closing, __ATOMIC_ACQUIRE)) {
+			i--;
+			continue;
+		}
 		ready[i] = n->what;
 		if (n->what.news == RIG_NEWS_RING)
 			arm(rig__qp(n->what.qp), n->what.side);

@@ -220,6 +220,8 @@ int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
 		return rig__fail(EINVAL, "rig_qp_connect: NULL argument");
 	qp = rig__qp(pub);
 	nic = qp->nic;
+	if (qp->closing)
+		return rig__fail(EINVAL, "rig_qp_connect: the queue pair is closing (rig_qp_close)");
 	if (qp->state == RIG__CONNECTED)
 		return rig__fail(EINVAL, "rig_qp_connect: already connected");
 	if (peer->qp > RIG_24BITS || peer->psn > RIG_24BITS)
@@ -319,10 +321,10 @@ static void destroy_cqs(struct rig__qp *qp)
 	ring_fini(&qp->pub.ring[RIG_RECEIVE]);
 }
 
-/* Destroys what the NIC holds for @qp, then frees it; no lock of its NIC
- * or loop may be held. On a refusal the queue pair stays listed, marked
- * destroyed, for rig_nic_close to try again (D2). */
-int rig__qp_free(struct rig__qp *qp)
+/* Destroys what the NIC holds for @qp; no lock of its NIC or loop may
+ * be held. On a refusal the queue pair stays listed, marked destroyed,
+ * for rig_nic_close to try again (D2). */
+int rig__qp_teardown(struct rig__qp *qp)
 {
 	struct rig_nic *nic = qp->nic;
 	struct rig__qp_owner *owner = qp->owner;
@@ -345,14 +347,25 @@ int rig__qp_free(struct rig__qp *qp)
 	pthread_mutex_unlock(&nic->lock);
 	rig__events_forget(qp, destroy_cqs);
 	RIG_PROBE(qp_destroyed, qpn, qp->error);
-	free(qp);
 	return 0;
+}
+
+/* rig__qp_teardown(), then the memory. */
+int rig__qp_free(struct rig__qp *qp)
+{
+	int ret = rig__qp_teardown(qp);
+
+	if (!ret)
+		free(qp);
+	return ret;
 }
 
 RIG_EXPORT __cold int rig_qp_destroy(struct rig_qp *pub)
 {
 	if (!pub)
 		return rig__fail(EINVAL, "rig_qp_destroy: NULL queue pair");
+	if (rig__qp(pub)->closing)
+		return rig__fail(EINVAL, "rig_qp_destroy: the queue pair is closing (rig_qp_close)");
 	return rig__qp_free(rig__qp(pub));
 }
 
@@ -378,5 +391,74 @@ RIG_EXPORT int rig_qp_peer(const struct rig_qp *pub, struct rig_qp_peer *p)
 	all.size = size;
 	memset((char *)p + size, 0, p->size - size);
 	memcpy(p, &all, size);
+	return 0;
+}
+
+/*
+ * rig_qp_close: the destroy runs on the loop's helper thread (loop.c), as
+ * a teardown job; its outcome comes out of the loop as RIG_NEWS_CLOSED.
+ * The queue pair's memory stays until that news is handed out, so that
+ * the application's posts and polls in between find RIG__CLOSED and fail
+ * without touching what the helper destroys.
+ */
+struct closing {
+	struct rig__job job;
+	struct rig__news news;
+	struct rig__qp *qp;
+	bool freeable;		/* the NIC holds nothing of it */
+};
+
+static void close_handed(struct rig__news *n)
+{
+	struct closing *k = container_of(n, struct closing, news);
+
+	/* After a refusal the NIC's list keeps it, for rig_nic_close (D2). */
+	if (k->freeable)
+		free(k->qp);
+	free(k);
+}
+
+static void close_work(struct rig__job *job)
+{
+	struct closing *k = container_of(job, struct closing, job);
+	struct rig_loop *loop = k->qp->loop;
+
+	k->news.what.result = rig__qp_teardown(k->qp);
+	k->freeable = !k->news.what.result;
+	/* Posted once every ring's news of it is gone (events_forget):
+	 * nothing of it comes out of the loop after this. */
+	rig__loop_post(loop, &k->news);
+}
+
+RIG_EXPORT __cold int rig_qp_close(struct rig_qp *pub, uint64_t cookie)
+{
+	struct rig__qp *qp;
+	struct closing *k;
+
+	if (!pub)
+		return rig__fail(EINVAL, "rig_qp_close: NULL queue pair");
+	qp = rig__qp(pub);
+	if (qp->closing)
+		return rig__fail(EINVAL, "rig_qp_close: the queue pair is closing already");
+	/* Nobody hands out the NIC's own loop's news: its queue pairs (of
+	 * rig_qp_make, rig_dial, rig_accept) are destroyed in place. */
+	if (qp->loop == qp->nic->own)
+		return rig__fail(EINVAL, "rig_qp_close: the queue pair is in no loop of the "
+				 "application's (rig_qp_make, rig_dial, rig_accept): "
+				 "rig_qp_destroy it");
+	if (qp->state == RIG__DESTROYED)
+		return rig__fail(EINVAL, "rig_qp_close: the queue pair was destroyed (D2)");
+	k = calloc(1, sizeof(*k));
+	if (!k)
+		return rig__fail(ENOMEM, "rig_qp_close: out of memory");
+	*k = (struct closing){ .job = { .work = close_work, .teardown = true }, .qp = qp };
+	rig__list_init(&k->news.link);
+	k->news.what = (struct rig_ready){ pub, RIG_SEND, RIG_NEWS_CLOSED, 0, cookie };
+	k->news.handed = close_handed;
+	__atomic_or_fetch(&pub->broken, RIG__CLOSED, __ATOMIC_RELEASE);
+	rig__loop_closing(qp);
+	/* A loop whose helper cannot start pays the destroy itself. */
+	if (rig__loop_defer(qp->loop, &k->job))
+		close_work(&k->job);
 	return 0;
 }

@@ -391,6 +391,8 @@ RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
 		return rig__fail(EINVAL, "rig_qp_poll: %s",
 				 (unsigned)side > RIG_RECEIVE ? "no such side"
 							      : "NULL argument");
+	if (rig__qp_broken(pub) & RIG__CLOSED)
+		return rig__fail(EINVAL, "rig_qp_poll: the queue pair is closing (rig_qp_close)");
 	/* The inline poll passes the CQE it read; with n == 0 it just
 	 * found the CQ empty. */
 	return poll_slow(pub, side, wc, n, wc && n == 0, c);
@@ -428,6 +430,8 @@ RIG_EXPORT __cold int rig__qp_post_slow(struct rig_qp *pub, enum rig__op op,
 		return rig__fail(EINVAL, "NULL queue pair");
 	qp = rig__qp(pub);
 	ring = &pub->ring[side];
+	if (rig__qp_broken(pub) & RIG__CLOSED)
+		return rig__fail(EINVAL, "the queue pair is closing (rig_qp_close)");
 	if (qp->state != RIG__CONNECTED)
 		return rig__fail(EINVAL, "the queue pair is not connected");
 	if (op == RIG__OP_READ) {
@@ -580,6 +584,8 @@ static int batch_prepare(struct rig_qp *pub, enum rig_side side,
 
 	if (!pub)
 		return rig__fail(EINVAL, "NULL queue pair");
+	if (rig__qp_broken(pub) & RIG__CLOSED)
+		return rig__fail(EINVAL, "the queue pair is closing (rig_qp_close)");
 	ring = &pub->ring[side];
 	ret = check_batch(rig__qp(pub), side, posts, count);
 	if (ret)
@@ -672,6 +678,8 @@ RIG_EXPORT int rig_qp_poll_batch(struct rig_qp *pub, enum rig_side side,
 
 	if (!pub || !c || (unsigned)side > RIG_RECEIVE || max < 0)
 		return rig__fail(EINVAL, "rig_qp_poll_batch: bad argument");
+	if (rig__qp_broken(pub) & RIG__CLOSED)
+		return rig__fail(EINVAL, "rig_qp_poll_batch: the queue pair is closing (rig_qp_close)");
 	ring = &pub->ring[side];
 	/* The common case: healthy, nothing stashed: one ibv_poll_cq. */
 	if (!rig__qp_broken(pub) && !ring->ahead && ring->tail != ring->head && max) {

@@ -112,6 +112,9 @@ enum rig_news {
 	RIG_NEWS_GONE,		/* @qp's connection ended (@result: -ECONNRESET
 				 * when the peer left, -ENODEV when the device
 				 * went); its rings report the failure */
+	RIG_NEWS_CLOSED,	/* rig_qp_close(@qp, @cookie) is done: @result 0
+				 * (rig(7) D1 holds from now on), or -errno when
+				 * the NIC refused (D2); @qp is only a name now */
 };
 
 struct rig_ready {
@@ -119,7 +122,7 @@ struct rig_ready {
 	enum rig_side side;	/* RIG_NEWS_RING */
 	enum rig_news news;
 	int result;
-	uint64_t cookie;	/* of the dial, or of the accepting listener */
+	uint64_t cookie;	/* of the dial, the accepting listener, the close */
 };
 
 /**
@@ -144,6 +147,20 @@ struct rig_loop *rig_nic_loop(struct rig_nic *nic);
  * its life
  */
 int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out);
+
+/**
+ * rig_qp_close - rig_qp_destroy() off the loop's thread: returns at once
+ *
+ * The destroy runs on the loop's helper thread; RIG_NEWS_CLOSED with @qp
+ * and @cookie comes out of the loop once it is done, and only then does
+ * rig(7) D1 hold (the NIC writes no memory for @qp): free the memory its
+ * entries named then. Meanwhile posts and polls of @qp return -EINVAL,
+ * its entries get no completion, and the loop hands out no other news of
+ * it. Returns 0, or -EINVAL for NULL, a queue pair closing already, or
+ * one in the NIC's own loop (rig_qp_make, rig_dial, rig_accept: destroy
+ * those); -ENOMEM. A failed call changes nothing.
+ */
+int rig_qp_close(struct rig_qp *qp, uint64_t cookie);
 
 /**
  * rig_loop_fd - the loop's one fd, for io_uring, epoll or libuv loops

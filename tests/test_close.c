@@ -1,0 +1,307 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+/*
+ * rig_qp_close (rig(7) D3): a destroy whose kernel work runs on the
+ * loop's helper thread, and whose end comes out of the loop as news.
+ *
+ * This binary interposes ibv_destroy_qp (the executable's definition
+ * comes before libibverbs'): a destroy of the queue pair named in
+ * gate.hold waits until the test opens the gate, so the helper thread is
+ * held inside a destroy for as long as a test needs, with no timing
+ * window. Every destroy still reaches the real device.
+ */
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <string.h>
+#include <time.h>
+
+#include "t_device.h"
+
+static struct {
+	pthread_mutex_t lock;
+	struct ibv_qp *hold;	/* its destroy waits for the gate */
+	sem_t in, open;		/* the held destroy began; may go on */
+	struct ibv_qp *done[8];	/* destroys that reached the device */
+	pthread_t by[8];	/* and the threads that made them */
+	int ndone;
+} gate = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+int ibv_destroy_qp(struct ibv_qp *qp)
+{
+	int (*real)(struct ibv_qp *) =
+		(int (*)(struct ibv_qp *))dlsym(RTLD_NEXT, "ibv_destroy_qp");
+	int ret;
+
+	if (qp == gate.hold) {
+		sem_post(&gate.in);
+		sem_wait(&gate.open);
+	}
+	ret = real(qp);
+	pthread_mutex_lock(&gate.lock);
+	if (gate.ndone < 8) {
+		gate.by[gate.ndone] = pthread_self();
+		gate.done[gate.ndone++] = qp;
+	}
+	pthread_mutex_unlock(&gate.lock);
+	return ret;
+}
+
+static bool destroyed(struct ibv_qp *qp, pthread_t *by)
+{
+	bool found = false;
+	int i;
+
+	pthread_mutex_lock(&gate.lock);
+	for (i = 0; i < gate.ndone && !found; i++) {
+		found = gate.done[i] == qp;
+		if (found && by)
+			*by = gate.by[i];
+	}
+	pthread_mutex_unlock(&gate.lock);
+	return found;
+}
+
+static void gate_init(void)
+{
+	sem_init(&gate.in, 0, 0);
+	sem_init(&gate.open, 0, 0);
+	gate.hold = NULL;
+	gate.ndone = 0;
+}
+
+/* Waits up to 10 s for the held destroy to begin. */
+static bool gate_entered(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 10;
+	return !sem_timedwait(&gate.in, &ts);
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* The loop's news for up to @ms, into @out (at most @max); stops early
+ * once @want pieces came. Returns how many. */
+static int news(struct rig_loop *loop, struct rig_ready *out, int max, int want, int ms)
+{
+	double end = now_ms() + ms;
+	int n = 0, r;
+
+	while (n < max && n < want && now_ms() < end) {
+		r = rig_loop_handle(loop, out + n, max - n);
+		cr_assert_geq(r, 0, "rig_loop_handle: %s", rig_errmsg());
+		n += r;
+		if (!r) {
+			struct timespec ts = { 0, 1000000 };
+
+			nanosleep(&ts, NULL);
+		}
+	}
+	return n;
+}
+
+struct pair {
+	struct rig_nic *nic, *peer_nic;
+	struct rig_loop *loop;
+	struct rig_qp *a, *b;	/* a: in the loop, closed; b: its peer */
+	struct t_buf tx, rx;
+};
+
+/* @a in a loop of its own, @b in the peer NIC's own loop (the other host
+ * in the two-host topology), connected; the loop watched. */
+static void pair_open(struct pair *p)
+{
+	p->nic = t_nic_open(t_dev());
+	p->peer_nic = t_peer_dev() ? t_nic_open(t_peer_dev()) : p->nic;
+	cr_assert_eq(rig_loop_open(p->nic, &p->loop), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_watch(p->loop), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_make_in(p->loop, &p->a), 0, "%s", rig_errmsg());
+	p->b = t_qp(p->peer_nic);
+	t_connect(p->a, p->b);
+	t_buf(&p->rx, p->nic, 4096, 7);
+	t_buf(&p->tx, p->peer_nic, 4096, 8);
+}
+
+static void pair_close(struct pair *p)
+{
+	cr_assert_eq(rig_qp_destroy(p->b), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_close(p->loop), 0, "%s", rig_errmsg());
+	if (p->peer_nic != p->nic)
+		cr_assert_eq(rig_nic_close(p->peer_nic), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_nic_close(p->nic), 0, "%s", rig_errmsg());
+}
+
+TestSuite(close, .init = gate_init);
+
+/*
+ * The call returns while the helper thread is held inside another
+ * queue pair's destroy: it waits for no kernel work of its own, nor for
+ * the helper. Its destroy runs on the helper, after the held one, and
+ * each close comes out of the loop once, with its cookie, in that order.
+ */
+Test(close, returns_while_the_helper_is_held_busy, .timeout = 120)
+{
+	struct pair p;
+	struct rig_qp *x;
+	struct ibv_qp *xi, *ai;
+	struct rig_ready r[8];
+	pthread_t by;
+	int n;
+
+	pair_open(&p);
+	cr_assert_eq(rig_qp_make_in(p.loop, &x), 0, "%s", rig_errmsg());
+	xi = x->ibqp;
+	ai = p.a->ibqp;
+	gate.hold = xi;
+	cr_assert_eq(rig_qp_close(x, 1), 0, "%s", rig_errmsg());
+	cr_assert(gate_entered(), "the helper never began the first destroy");
+	/* The helper is inside x's destroy, and stays there. */
+	cr_assert_eq(rig_qp_close(p.a, 2), 0, "%s", rig_errmsg());
+	cr_assert_not(destroyed(ai, NULL), "the close destroyed the queue pair before it returned");
+	cr_assert_not(destroyed(xi, NULL));
+	cr_assert_eq(news(p.loop, r, 8, 1, 200), 0, "news came while the helper was held");
+	sem_post(&gate.open);
+	n = news(p.loop, r, 8, 2, 30000);
+	cr_assert_eq(n, 2, "%d pieces of news", n);
+	cr_assert_eq(r[0].news, RIG_NEWS_CLOSED);
+	cr_assert_eq(r[0].qp, x);
+	cr_assert_eq(r[0].cookie, 1);
+	cr_assert_eq(r[0].result, 0);
+	cr_assert_eq(r[1].news, RIG_NEWS_CLOSED);
+	cr_assert_eq(r[1].qp, p.a);
+	cr_assert_eq(r[1].cookie, 2);
+	cr_assert_eq(r[1].result, 0);
+	/* Off the test's thread, which is the loop's here. */
+	cr_assert(destroyed(ai, &by));
+	cr_assert_not(pthread_equal(by, pthread_self()));
+	cr_assert(destroyed(xi, &by));
+	cr_assert_not(pthread_equal(by, pthread_self()));
+	/* Once each. */
+	cr_assert_eq(news(p.loop, r, 8, 1, 300), 0);
+	pair_close(&p);
+}
+
+/*
+ * D1 at the news: a receive posted before the close is never written.
+ * The peer sends only after the news: its send finds no queue pair, is
+ * never acknowledged, and fails with -ETIMEDOUT once its retries end
+ * (M3, D1), and the receive's buffer keeps every byte it had.
+ */
+Test(close, nic_writes_nothing_after_the_news, .timeout = 120)
+{
+	struct rig_completion c;
+	struct rig_ready r[8];
+	uint8_t before[4096];
+	struct pair p;
+	int n;
+
+	pair_open(&p);
+	memcpy(before, p.rx.mem, sizeof(before));
+	cr_assert_eq(rig_qp_receive(p.a, p.rx.r, 0, 4096), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_close(p.a, 9), 0, "%s", rig_errmsg());
+	n = news(p.loop, r, 8, 1, 30000);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(r[0].news, RIG_NEWS_CLOSED);
+	cr_assert_eq(r[0].qp, p.a);
+	cr_assert_eq(r[0].cookie, 9);
+	cr_assert_eq(r[0].result, 0);
+	cr_assert_eq(rig_qp_send(p.b, p.tx.r, 0, 4096), 0, "%s", rig_errmsg());
+	c = t_take(p.b, RIG_SEND, 30000);
+	cr_assert_eq(c.error, -ETIMEDOUT, "the peer's send: %d (%s)", c.error,
+		     c.why ? c.why : "completed");
+	cr_assert_eq(memcmp(p.rx.mem, before, sizeof(before)), 0,
+		     "the NIC wrote a closed queue pair's receive buffer");
+	cr_assert_eq(news(p.loop, r, 8, 1, 300), 0);
+	pair_close(&p);
+}
+
+/*
+ * Between the close and its news (the helper held inside the destroy):
+ * posts and polls of the queue pair are -EINVAL and report none of its
+ * due entries (they get no completion, D1), a second close and a
+ * destroy are -EINVAL, and the loop hands out no news of its rings, not
+ * even of a completion that was listed before the close; after the news
+ * only the one CLOSED.
+ */
+Test(close, entries_due_report_per_D1_and_no_ring_news, .timeout = 120)
+{
+	struct rig_completion c;
+	struct rig_ready r[8];
+	struct pair p;
+	int n;
+
+	pair_open(&p);
+	cr_assert_eq(rig_qp_receive(p.a, p.rx.r, 0, 64), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_receive(p.a, p.rx.r, 64, 64), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_send(p.b, p.tx.r, 0, 64), 0, "%s", rig_errmsg());
+	c = t_take(p.b, RIG_SEND, 10000);
+	cr_assert_eq(c.error, 0, "%s", c.why);
+	/* The receive completed: its ring's news is listed (or its event
+	 * waits on the channel) and the loop has not handed it out. */
+	gate.hold = p.a->ibqp;
+	cr_assert_eq(rig_qp_close(p.a, 5), 0, "%s", rig_errmsg());
+	cr_assert(gate_entered());
+	cr_assert_eq(rig_qp_poll(p.a, RIG_RECEIVE, &c), -EINVAL);
+	cr_assert_eq(rig_qp_poll(p.a, RIG_SEND, &c), -EINVAL);
+	cr_assert_eq(rig_qp_receive(p.a, p.rx.r, 128, 64), -EINVAL);
+	cr_assert_eq(rig_qp_send(p.a, p.rx.r, 0, 64), -EINVAL);
+	cr_assert_eq(rig_qp_wait(p.a, RIG_RECEIVE, 1000, &c), -EINVAL);
+	cr_assert_eq(rig_qp_close(p.a, 6), -EINVAL);
+	cr_assert_eq(rig_qp_destroy(p.a), -EINVAL);
+	cr_assert_eq(news(p.loop, r, 8, 1, 300), 0, "news of a closing queue pair: %d",
+		     r[0].news);
+	sem_post(&gate.open);
+	n = news(p.loop, r, 8, 8, 2000);
+	cr_assert_eq(n, 1, "%d pieces of news", n);
+	cr_assert_eq(r[0].news, RIG_NEWS_CLOSED);
+	cr_assert_eq(r[0].qp, p.a);
+	cr_assert_eq(r[0].cookie, 5);
+	cr_assert_eq(r[0].result, 0);
+	pair_close(&p);
+}
+
+/* Bad input is -EINVAL and changes nothing: NULL, and a queue pair of
+ * the NIC's own loop (rig_qp_make), which still exchanges a message. */
+Test(close, bad_input_is_EINVAL_and_changes_nothing, .timeout = 60)
+{
+	struct rig_nic *nic = t_nic_open(t_dev());
+	struct rig_qp *a, *b;
+	struct t_buf tx, rx;
+	struct rig_ready r[4];
+
+	cr_assert_eq(rig_qp_close(NULL, 0), -EINVAL);
+	a = t_qp(nic);
+	b = t_qp(nic);
+	t_connect(a, b);
+	t_buf(&tx, nic, 64, 1);
+	t_buf(&rx, nic, 64, 2);
+	cr_assert_eq(rig_qp_close(a, 0), -EINVAL);
+	cr_assert(strstr(rig_errmsg(), "no loop"), "%s", rig_errmsg());
+	t_exchange(a, b, &tx, &rx, 64);
+	t_exchange(b, a, &rx, &tx, 64);
+	cr_assert_eq(rig_loop_handle(rig_nic_loop(nic), r, 4) >= 0, 1);
+	cr_assert_eq(rig_qp_destroy(a), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_destroy(b), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
+}
+
+/* A close whose news nobody took: closing the loop ends it, and frees
+ * what it kept (the ASan build's leak check). */
+Test(close, news_not_taken_goes_with_the_loop, .timeout = 60)
+{
+	struct pair p;
+
+	pair_open(&p);
+	cr_assert_eq(rig_qp_close(p.a, 3), 0, "%s", rig_errmsg());
+	pair_close(&p);
+}
