@@ -244,6 +244,36 @@ static bool peer_may_be_local(struct conn *c)
 	return found;
 }
 
+/* The peer's address as rdma_cm connected to it ("198.18.0.2",
+ * "fd00::2"), or "" for an address of another family; true if IPv6. */
+static bool peer_ip(struct rdma_cm_id *id, char ip[INET6_ADDRSTRLEN])
+{
+	const struct sockaddr *sa = rdma_get_peer_addr(id);
+	bool v6 = sa->sa_family == AF_INET6;
+
+	if ((sa->sa_family != AF_INET && !v6) ||
+	    !inet_ntop(sa->sa_family,
+		       v6 ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+			  : (const void *)&((const struct sockaddr_in *)sa)->sin_addr,
+		       ip, INET6_ADDRSTRLEN))
+		ip[0] = 0;
+	return v6;
+}
+
+/* "198.18.0.2:7471" or "[fd00::2]:7471": the peer's address and port as
+ * rdma_cm connected to them, for rig_qp_peer and the failure's log line. */
+static void peer_name(struct rdma_cm_id *id, char *out, size_t len)
+{
+	char ip[INET6_ADDRSTRLEN];
+	bool v6 = peer_ip(id, ip);
+
+	if (!ip[0]) {
+		out[0] = 0;
+		return;
+	}
+	snprintf(out, len, v6 ? "[%s]:%u" : "%s:%u", ip, ntohs(rdma_get_dst_port(id)));
+}
+
 /*
  * What rdma_cm resolved for the connection, as it would set it in the
  * RTR step: the index of the source GID, the traffic class (the ToS of
@@ -251,24 +281,6 @@ static bool peer_may_be_local(struct conn *c)
  * with several addresses has a GID for each, and the peer may reach only
  * the one it connected to (another subnet, a VLAN kept for RoCE).
  */
-/* "198.18.0.2:7471" or "[fd00::2]:7471": the peer's address and port as
- * rdma_cm connected to them, for rig_qp_peer and the failure's log line. */
-static void peer_name(struct rdma_cm_id *id, char *out, size_t len)
-{
-	const struct sockaddr *sa = rdma_get_peer_addr(id);
-	char ip[INET6_ADDRSTRLEN];
-	bool v6 = sa->sa_family == AF_INET6;
-
-	if (!inet_ntop(sa->sa_family,
-		       v6 ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
-			  : (const void *)&((const struct sockaddr_in *)sa)->sin_addr,
-		       ip, sizeof(ip))) {
-		out[0] = 0;
-		return;
-	}
-	snprintf(out, len, v6 ? "[%s]:%u" : "%s:%u", ip, ntohs(rdma_get_dst_port(id)));
-}
-
 static int resolved_route(struct conn *c, struct rig__route *r)
 {
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_RTR };
@@ -409,19 +421,11 @@ static void conn_strip(struct conn *c)
 static void handshake_over(struct conn *c, int result)
 {
 	char peer[INET6_ADDRSTRLEN] = "";
-	const struct sockaddr *sa;
 
 	if (!c->started)
 		return;
-	if (RIG_PROBES_ON && c->id) {
-		sa = rdma_get_peer_addr(c->id);
-		if (sa->sa_family == AF_INET)
-			inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr,
-				  peer, sizeof(peer));
-		else if (sa->sa_family == AF_INET6)
-			inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr,
-				  peer, sizeof(peer));
-	}
+	if (RIG_PROBES_ON && c->id)
+		peer_ip(c->id, peer);
 	RIG_PROBE(conn_done, (uintptr_t)c, (int)c->accepting, result, peer,
 		  rig__now_ns() - c->started);
 	c->started = 0;

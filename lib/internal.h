@@ -7,6 +7,7 @@
  */
 #include <pthread.h>
 #include <stdbool.h>
+#include <string.h>
 #include <time.h>
 
 #include <rig/rig.h>
@@ -29,6 +30,23 @@ static inline int64_t rig__now_ns(void)
 
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
+
+/*
+ * Gives a caller's structure of @out_size bytes, whose first field is its
+ * uint32_t size, the first bytes of @all (@all_size, its size field set
+ * by this call): an older, smaller structure gets what it knows, a newer,
+ * bigger one learns from size what this library filled, and zeros past
+ * it. rig_nic_query, rig_qp_stats and rig_qp_peer answer this way.
+ */
+static inline void rig__give_sized(void *out, uint32_t out_size, void *all,
+				   uint32_t all_size)
+{
+	uint32_t size = out_size < all_size ? out_size : all_size;
+
+	memcpy(all, &size, sizeof(size));
+	memset((char *)out + size, 0, out_size - size);
+	memcpy(out, all, size);
+}
 
 /* A doubly linked list, enough for the NIC's queue pairs and regions. */
 struct rig__list {

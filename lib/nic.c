@@ -274,7 +274,6 @@ static void log_opened(const struct rig_nic *nic)
 RIG_EXPORT int rig_nic_query(const struct rig_nic *nic, struct rig_nic_info *info)
 {
 	struct rig_nic_info all = { .size = sizeof(all) };
-	uint32_t size;
 
 	if (!nic || !info || info->size < 8)
 		return rig__fail(EINVAL, "rig_nic_query: %s", !nic || !info ? "NULL argument" :
@@ -289,12 +288,7 @@ RIG_EXPORT int rig_nic_query(const struct rig_nic *nic, struct rig_nic_info *inf
 	all.soft_roce = nic->soft_roce;
 	all.vendor_id = nic->vendor_id;
 	all.max_rd_atomic = nic->max_rd_atomic;
-	/* An older caller's smaller structure gets what it knows; a newer
-	 * one learns from size what this library filled. */
-	size = info->size < sizeof(all) ? info->size : sizeof(all);
-	all.size = size;
-	memset((char *)info + size, 0, info->size - size);
-	memcpy(info, &all, size);
+	rig__give_sized(info, info->size, &all, sizeof(all));
 	return 0;
 }
 

@@ -373,7 +373,6 @@ RIG_EXPORT int rig_qp_peer(const struct rig_qp *pub, struct rig_qp_peer *p)
 {
 	const struct rig__qp *qp;
 	struct rig_qp_peer all;
-	uint32_t size;
 
 	if (!pub || !p || p->size < 8)
 		return rig__fail(EINVAL, "rig_qp_peer: %s", !pub || !p ? "NULL argument" :
@@ -386,11 +385,7 @@ RIG_EXPORT int rig_qp_peer(const struct rig_qp *pub, struct rig_qp_peer *p)
 				    .peer_qp = qp->peer_qpn };
 	memcpy(all.gid, qp->peer_gid, 16);
 	snprintf(all.addr, sizeof(all.addr), "%s", qp->peer);
-	/* As rig_qp_stats: an older, smaller structure gets what it knows. */
-	size = p->size < sizeof(all) ? p->size : sizeof(all);
-	all.size = size;
-	memset((char *)p + size, 0, p->size - size);
-	memcpy(p, &all, size);
+	rig__give_sized(p, p->size, &all, sizeof(all));
 	return 0;
 }
 

@@ -174,7 +174,6 @@ RIG_EXPORT int rig_qp_stats(const struct rig_qp *pub, enum rig_side side,
 	const struct rig__ring *ring;
 	const struct rig__qp *qp;
 	struct rig_qp_stats all;
-	uint32_t size;
 
 	if (!pub || !s || (unsigned)side > RIG_RECEIVE || s->size < 8)
 		return rig__fail(EINVAL, "rig_qp_stats: %s",
@@ -193,12 +192,7 @@ RIG_EXPORT int rig_qp_stats(const struct rig_qp *pub, enum rig_side side,
 		.completed = qp->completed[side],
 		.async_events = __atomic_load_n(&qp->async_events, __ATOMIC_RELAXED),
 	};
-	/* A caller's older, smaller structure gets what it knows; a newer,
-	 * bigger one learns from size what this library filled. */
-	size = s->size < sizeof(all) ? s->size : sizeof(all);
-	all.size = size;
-	memset((char *)s + size, 0, s->size - size);
-	memcpy(s, &all, size);
+	rig__give_sized(s, s->size, &all, sizeof(all));
 	return 0;
 }
 
