@@ -205,20 +205,29 @@ struct raw {
 
 static struct raw raw;
 
-static void raw_open(struct raw *r)
+/* A verbs context of the device named @dev, for what rig does not do. */
+static struct ibv_context *open_device(const char *dev)
 {
 	struct ibv_device **list = ibv_get_device_list(NULL);
-	const char *gi = getenv("RIG_TEST_PEER_GID_INDEX");
-	struct ibv_port_attr pa;
+	struct ibv_context *ctx = NULL;
 	int i;
 
-	cr_assert_not_null(gi, "RIG_TEST_PEER_GID_INDEX is unset");
 	cr_assert_not_null(list);
 	for (i = 0; list[i]; i++)
-		if (!strcmp(t_peer_dev(), ibv_get_device_name(list[i])))
-			r->ctx = ibv_open_device(list[i]);
+		if (!strcmp(dev, ibv_get_device_name(list[i])))
+			ctx = ibv_open_device(list[i]);
 	ibv_free_device_list(list);
-	cr_assert_not_null(r->ctx, "cannot open %s", t_peer_dev());
+	cr_assert_not_null(ctx, "cannot open %s", dev);
+	return ctx;
+}
+
+static void raw_open(struct raw *r)
+{
+	const char *gi = getenv("RIG_TEST_PEER_GID_INDEX");
+	struct ibv_port_attr pa;
+
+	cr_assert_not_null(gi, "RIG_TEST_PEER_GID_INDEX is unset");
+	r->ctx = open_device(t_peer_dev());
 	r->pd = ibv_alloc_pd(r->ctx);
 	cr_assert_not_null(r->pd);
 	r->buf = malloc(RAW_LEN);
@@ -916,18 +925,11 @@ static const char *gid_str(const uint8_t gid[16], char *s, size_t n)
 static void wait_for_gid(const char *dev, const char *ip)
 {
 	double end = t_now_ms() + 5000;
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_context *ctx = NULL;
+	struct ibv_context *ctx = open_device(dev);
 	uint8_t want[16];
 	int i;
 
 	mapped_gid(ip, want);
-	cr_assert_not_null(list);
-	for (i = 0; list[i]; i++)
-		if (!strcmp(dev, ibv_get_device_name(list[i])))
-			ctx = ibv_open_device(list[i]);
-	ibv_free_device_list(list);
-	cr_assert_not_null(ctx, "cannot open %s", dev);
 	for (;;) {
 		struct ibv_port_attr pa;
 
@@ -1187,17 +1189,8 @@ Test(by_address, M3_dialed_connection_sends_with_the_tos_and_hop_limit_rdma_cm_r
 static void wait_for_active_mtu(const char *dev, enum ibv_mtu want)
 {
 	double end = t_now_ms() + 5000;
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_context *ctx = NULL;
+	struct ibv_context *ctx = open_device(dev);
 	struct ibv_port_attr pa;
-	int i;
-
-	cr_assert_not_null(list);
-	for (i = 0; list[i]; i++)
-		if (!strcmp(dev, ibv_get_device_name(list[i])))
-			ctx = ibv_open_device(list[i]);
-	ibv_free_device_list(list);
-	cr_assert_not_null(ctx, "cannot open %s", dev);
 	for (;;) {
 		cr_assert_eq(ibv_query_port(ctx, 1, &pa), 0);
 		if (pa.active_mtu == want)
