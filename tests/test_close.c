@@ -13,9 +13,11 @@
 #include <criterion/criterion.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <liburing.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <time.h>
 
 #include "t_device.h"
@@ -304,4 +306,155 @@ Test(close, news_not_taken_goes_with_the_loop, .timeout = 60)
 	pair_open(&p);
 	cr_assert_eq(rig_qp_close(p.a, 3), 0, "%s", rig_errmsg());
 	pair_close(&p);
+}
+
+/*
+ * The loop's fd, waited on as <rig/loop.h> shows, with closes among a
+ * stream of completions: 48 queue pairs closed at once while the peer
+ * sends 64 messages to the loop's connected queue pair, and news taken
+ * at most 8 per call, so that more waits than one call hands out and
+ * the fd must fire again for the rest. Every close comes out once with
+ * its cookie, every message arrives intact and in order, and no wait
+ * for the fd lasts 10 s (a lost wakeup would). Once with epoll
+ * (rig_loop_watch), once with io_uring's multishot poll
+ * (rig_uring_watch), each the way the header's example does it.
+ */
+enum { CLOSES = 48, MESSAGES = 64, MSG = 64, PER_CALL = 8, TAG = 0x7167 };
+
+struct stream {
+	struct pair p;
+	struct rig_qp *q[CLOSES];
+	bool closed[CLOSES];
+	int nclosed, received, sent;
+	/* the fd's wait: epoll's or io_uring's */
+	int ep;
+	struct io_uring ring;
+	bool uring;
+};
+
+/* Waits for the loop's fd (10 s at most), then hands out up to
+ * PER_CALL pieces of news; returns how many. */
+static int stream_wait(struct stream *st, struct rig_ready *r)
+{
+	int n;
+
+	if (st->uring) {
+		struct __kernel_timespec ts = { .tv_sec = 10 };
+		struct io_uring_cqe *cqe;
+
+		cr_assert_eq(io_uring_wait_cqe_timeout(&st->ring, &cqe, &ts), 0,
+			     "no CQE for the loop's fd in 10 s: %d of %d closes, %d of %d "
+			     "messages", st->nclosed, CLOSES, st->received, MESSAGES);
+		cr_assert_eq(cqe->user_data, TAG);
+		n = rig_uring_handle(&st->ring, st->p.loop, cqe, r, PER_CALL);
+		io_uring_cqe_seen(&st->ring, cqe);
+		io_uring_submit(&st->ring);
+	} else {
+		struct epoll_event out;
+
+		cr_assert_eq(epoll_wait(st->ep, &out, 1, 10000), 1,
+			     "the loop's fd not readable in 10 s: %d of %d closes, %d of %d "
+			     "messages", st->nclosed, CLOSES, st->received, MESSAGES);
+		cr_assert_eq(out.data.ptr, st->p.loop);
+		n = rig_loop_handle(st->p.loop, r, PER_CALL);
+	}
+	cr_assert_geq(n, 0, "%s", rig_errmsg());
+	return n;
+}
+
+static void stream_run(bool uring)
+{
+	static struct stream st;
+	struct rig_ready r[PER_CALL];
+	struct rig_completion c;
+	int i, n;
+
+	memset(&st, 0, sizeof(st));
+	st.uring = uring;
+	/* pair_open watches the loop with rig_loop_watch: the io_uring run
+	 * makes its own pair, watched by rig_uring_watch instead. */
+	if (uring) {
+		st.p.nic = t_nic_open(t_dev());
+		st.p.peer_nic = t_peer_dev() ? t_nic_open(t_peer_dev()) : st.p.nic;
+		cr_assert_eq(rig_loop_open(st.p.nic, &st.p.loop), 0, "%s", rig_errmsg());
+		cr_assert_eq(io_uring_queue_init(8, &st.ring, 0), 0);
+		cr_assert_eq(rig_uring_watch(&st.ring, st.p.loop, TAG), 0, "%s", rig_errmsg());
+		cr_assert_eq(io_uring_submit(&st.ring), 1);
+		cr_assert_eq(rig_qp_make_in(st.p.loop, &st.p.a), 0, "%s", rig_errmsg());
+		st.p.b = t_qp(st.p.peer_nic);
+		t_connect(st.p.a, st.p.b);
+		t_buf(&st.p.rx, st.p.nic, MESSAGES * MSG, 7);
+		t_buf(&st.p.tx, st.p.peer_nic, MESSAGES * MSG, 8);
+	} else {
+		struct epoll_event ev = { .events = EPOLLIN };
+
+		pair_open(&st.p);
+		st.ep = epoll_create1(EPOLL_CLOEXEC);
+		cr_assert_geq(st.ep, 0);
+		ev.data.ptr = st.p.loop;
+		cr_assert_eq(epoll_ctl(st.ep, EPOLL_CTL_ADD, rig_loop_fd(st.p.loop), &ev), 0);
+	}
+	for (i = 0; i < CLOSES; i++)
+		cr_assert_eq(rig_qp_make_in(st.p.loop, &st.q[i]), 0, "%s", rig_errmsg());
+	for (i = 0; i < MESSAGES; i++)
+		cr_assert_eq(rig_qp_receive(st.p.a, st.p.rx.r, (size_t)i * MSG, MSG), 0,
+			     "%s", rig_errmsg());
+	memset(st.p.rx.mem, 0, MESSAGES * MSG);
+
+	/* Half the messages, all the closes, the other half. */
+	for (; st.sent < MESSAGES / 2; st.sent++)
+		cr_assert_eq(rig_qp_send(st.p.b, st.p.tx.r, (size_t)st.sent * MSG, MSG), 0,
+			     "%s", rig_errmsg());
+	for (i = 0; i < CLOSES; i++)
+		cr_assert_eq(rig_qp_close(st.q[i], 100 + (uint64_t)i), 0, "%s", rig_errmsg());
+	for (; st.sent < MESSAGES; st.sent++)
+		cr_assert_eq(rig_qp_send(st.p.b, st.p.tx.r, (size_t)st.sent * MSG, MSG), 0,
+			     "%s", rig_errmsg());
+
+	while (st.nclosed < CLOSES || st.received < MESSAGES) {
+		n = stream_wait(&st, r);
+		for (i = 0; i < n; i++) {
+			if (r[i].news == RIG_NEWS_CLOSED) {
+				uint64_t k = r[i].cookie - 100;
+
+				cr_assert_lt(k, CLOSES, "cookie %llu",
+					     (unsigned long long)r[i].cookie);
+				cr_assert_eq(r[i].qp, st.q[k]);
+				cr_assert_eq(r[i].result, 0);
+				cr_assert_not(st.closed[k], "close %llu came out twice",
+					      (unsigned long long)k);
+				st.closed[k] = true;
+				st.nclosed++;
+				continue;
+			}
+			cr_assert_eq(r[i].news, RIG_NEWS_RING, "news %d", r[i].news);
+			cr_assert_eq(r[i].qp, st.p.a);
+			cr_assert_eq(r[i].side, RIG_RECEIVE);
+			while (rig_qp_poll(st.p.a, RIG_RECEIVE, &c) == 1) {
+				cr_assert_eq(c.error, 0, "%s", c.why);
+				cr_assert_eq(c.bytes, MSG);
+				st.received++;
+			}
+		}
+	}
+	cr_assert_arr_eq(st.p.rx.mem, st.p.tx.mem, MESSAGES * MSG);
+	for (i = 0; i < MESSAGES; i++) {
+		c = t_take(st.p.b, RIG_SEND, 10000);
+		cr_assert_eq(c.error, 0, "%s", c.why);
+	}
+	if (uring)
+		io_uring_queue_exit(&st.ring);
+	else
+		close(st.ep);
+	pair_close(&st.p);
+}
+
+Test(close, news_among_a_stream_through_epoll, .timeout = 120)
+{
+	stream_run(false);
+}
+
+Test(close, news_among_a_stream_through_io_uring, .timeout = 120)
+{
+	stream_run(true);
 }
