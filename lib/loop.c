@@ -539,6 +539,28 @@ static int watch_ended(struct rig_loop *loop, int res)
 			 "the loop is no longer watched", strerror(-res));
 }
 
+/*
+ * The completion event of a liveness probe on an idle send ring (L1):
+ * nothing for the application to take, so not handed out; the ring is
+ * armed again, as a hand-out would arm it, and the loop's next pass
+ * reads the probe's CQE (a failure there is news of both rings). With
+ * liveness on, the loop's thread owns the send rings of its connections
+ * (this one), so their idleness is its own to read, and no entry's CQE
+ * can land unseen between the event and the arming.
+ */
+static bool probe_news(const struct rig_loop *loop, const struct rig__news *n)
+{
+	const struct rig__qp *qp;
+	const struct rig__ring *r;
+
+	if (n->what.news != RIG_NEWS_RING || n->what.side != RIG_SEND)
+		return false;
+	qp = rig__qp(n->what.qp);
+	r = &qp->pub.ring[RIG_SEND];
+	return qp->live && __atomic_load_n(&loop->live_ns, __ATOMIC_RELAXED) &&
+	       qp->probe_out && r->head == r->tail && !rig__qp_broken(&qp->pub);
+}
+
 RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, int max)
 {
 	struct rig__news *n;
@@ -570,6 +592,11 @@ RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, i
 		 * news is handed out, and events_forget unlinks these). */
 		if ((n->what.news == RIG_NEWS_RING || n->what.news == RIG_NEWS_GONE) &&
 		    __atomic_load_n(&rig__qp(n->what.qp)->closing, __ATOMIC_ACQUIRE)) {
+			i--;
+			continue;
+		}
+		if (probe_news(loop, n)) {
+			arm(rig__qp(n->what.qp), RIG_SEND);
 			i--;
 			continue;
 		}
