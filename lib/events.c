@@ -276,7 +276,7 @@ bool rig__events_take_cm(struct rig_loop *loop)
 	struct rdma_cm_event *ev;
 	int64_t end = rig__now_ns() + RIG_CM_BUDGET_NS;
 	uint64_t expired;
-	bool more = false;
+	bool more = false, ticked = false;
 
 	pthread_mutex_lock(&loop->cm_lock);
 	/* What waits read and kept comes first: it is older. */
@@ -301,11 +301,14 @@ bool rig__events_take_cm(struct rig_loop *loop)
 	    read(loop->timer_fd, &expired, sizeof(expired)) == sizeof(expired)) {
 		if (loop->cm_consumer)
 			loop->cm_consumer->tick(loop);
-		if (loop->live_tick)
-			loop->live_tick(loop);
 		loop->cm_ticked = rig__now_ns();
+		ticked = true;
 	}
 	pthread_mutex_unlock(&loop->cm_lock);
+	/* A liveness pass holds no cm_lock while it posts: the helper's
+	 * steps and the waits' notes go on meanwhile. */
+	if (ticked && loop->live_tick)
+		loop->live_tick(loop);
 	return more;
 }
 

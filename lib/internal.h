@@ -212,7 +212,8 @@ struct rig_loop {
 	 * probes, under live_lock (taken after cm_lock, before the NIC's).
 	 * cm_deadline is conn.c's next deadline: the timer takes the
 	 * earlier of the two (events.c). live_tick is loop.c's pass, called
-	 * by events.c when the timer fires, cm_lock held. */
+	 * by events.c when the timer fires, on the loop's thread, with no
+	 * lock held. */
 	int64_t live_ns, live_next, cm_deadline;
 	pthread_mutex_t live_lock;
 	struct rig__list live;
@@ -326,6 +327,7 @@ struct rig__qp {
 	bool live;
 	struct rig__list live_link;
 	bool probe_out, probe_failed;
+	int lost;			/* the pass's finding, for the owner */
 	uint64_t probes;
 };
 

@@ -244,29 +244,49 @@ static void helper_stop(struct rig_loop *loop)
  * connection hands out RIG_NEWS_GONE. A pass costs each idle queue pair
  * one CQ read and one post (one write() on Soft-RoCE): a probe and its
  * acknowledgement on the wire per interval, however many queue pairs
- * share the peer's host. cm_lock held.
+ * share the peer's host. The probes go out under live_lock only, so that
+ * the handshakes' steps (cm_lock) do not wait for a pass over thousands
+ * of queue pairs; the owners hear of what it found under both (cm_lock
+ * first, as everywhere).
  */
 static void live_tick(struct rig_loop *loop)
 {
 	int64_t now = rig__now_ns();
 	struct rig__list *l;
-	int ret;
+	bool found = false;
 
-	if (!loop->live_ns || now < loop->live_next)
+	pthread_mutex_lock(&loop->cm_lock);
+	if (!loop->live_ns || now < loop->live_next) {
+		pthread_mutex_unlock(&loop->cm_lock);
 		return;
+	}
+	loop->live_next = now + loop->live_ns;
+	rig__events_timer_update(loop);
+	pthread_mutex_unlock(&loop->cm_lock);
+
 	pthread_mutex_lock(&loop->live_lock);
 	for (l = loop->live.next; l != &loop->live; l = l->next) {
 		struct rig__qp *qp = container_of(l, struct rig__qp, live_link);
 
 		if (__atomic_load_n(&qp->closing, __ATOMIC_ACQUIRE))
 			continue;
-		ret = rig__qp_probe(qp);
-		if (ret && qp->owner && qp->owner->lost)
-			qp->owner->lost(qp->owner, -ret);
+		qp->lost = -rig__qp_probe(qp);
+		found |= qp->lost != 0;
 	}
 	pthread_mutex_unlock(&loop->live_lock);
-	loop->live_next = now + loop->live_ns;
-	rig__events_timer_update(loop);
+	if (!found)
+		return;
+	pthread_mutex_lock(&loop->cm_lock);
+	pthread_mutex_lock(&loop->live_lock);
+	for (l = loop->live.next; l != &loop->live; l = l->next) {
+		struct rig__qp *qp = container_of(l, struct rig__qp, live_link);
+
+		if (qp->lost && qp->owner && qp->owner->lost)
+			qp->owner->lost(qp->owner, qp->lost);
+		qp->lost = 0;
+	}
+	pthread_mutex_unlock(&loop->live_lock);
+	pthread_mutex_unlock(&loop->cm_lock);
 }
 
 void rig__loop_live_add(struct rig__qp *qp)
