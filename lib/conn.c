@@ -8,6 +8,7 @@
  * The handshake, one step per rdma_cm event (conn_step()); no step waits:
  *
  *	state            side    takes                 then
+ *	QUEUED           dial    (its turn came)       RESOLVING_ADDR
  *	RESOLVING_ADDR   dial    ADDR_RESOLVED         RESOLVING_ROUTE
  *	RESOLVING_ROUTE  dial    ROUTE_RESOLVED        MAKING, then CONNECTING
  *	CONNECTING       dial    CONNECT_RESPONSE      ESTABLISHING, then UP
