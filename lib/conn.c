@@ -8,6 +8,7 @@
  * The handshake, one step per rdma_cm event (conn_step()); no step waits:
  *
  *	state            side    takes                 then
+ *	QUEUED           dial    (its turn came)       RESOLVING_ADDR
  *	RESOLVING_ADDR   dial    ADDR_RESOLVED         RESOLVING_ROUTE
  *	RESOLVING_ROUTE  dial    ROUTE_RESOLVED        MAKING, then CONNECTING
  *	CONNECTING       dial    CONNECT_RESPONSE      ESTABLISHING, then UP
@@ -54,6 +55,11 @@
  * caller's bound applies too. */
 #define RIG_CM_RESOLVE_MS 2000
 #define RIG_CM_BACKLOG 1024
+/* A loop's dials under way at once; the rest wait their turn
+ * (CONN_QUEUED) with an id and nothing more. Each under way costs a
+ * queue pair made ahead of its answer: more would only wait on the
+ * helper, and would take more of a listener's RIG_CM_HANDSHAKES. */
+#define RIG_CM_DIALS 16
 /* The loop's time one pass of conn_tick may take. */
 #define RIG_CM_TICK_BUDGET_NS 5000000
 
@@ -61,6 +67,7 @@
 enum cm_kind { CM_LISTENER, CM_CONN };
 
 enum conn_state {
+	CONN_QUEUED,
 	CONN_RESOLVING_ADDR,
 	CONN_RESOLVING_ROUTE,
 	CONN_MAKING,
@@ -73,6 +80,7 @@ enum conn_state {
 
 /* For the conn_step probe. */
 static const char *const state_names[] = {
+	[CONN_QUEUED] = "QUEUED",
 	[CONN_RESOLVING_ADDR] = "RESOLVING_ADDR",
 	[CONN_RESOLVING_ROUTE] = "RESOLVING_ROUTE",
 	[CONN_MAKING] = "MAKING",
@@ -109,6 +117,8 @@ struct conn {
 	struct rig_listener *listener;	/* the accepting side's, until up */
 	bool accepting;
 	bool blocking;			/* rig_dial's or rig_listen's */
+	bool dialing;			/* counted in loop->dials */
+	struct sockaddr_storage dst;	/* a dial's, for its start */
 	enum conn_state state;
 	enum conn_home home;
 	struct rig__list link;		/* in the list home names, if any */
@@ -149,6 +159,7 @@ struct kept {
 };
 
 static const struct rig__cm_consumer consumer;
+static void dials_next(struct rig_loop *loop);
 
 /* The name a failure's message gives the call that drove it. */
 static const char *step_name(const struct conn *c)
@@ -449,6 +460,17 @@ static void free_when_handed(struct rig__news *n)
 	free(container_of(n, struct conn, up));
 }
 
+/* A loop's dial leaves the count it was in: it is up or failed, or was
+ * dropped before its turn came. dials_next() starts the next. */
+static void dial_over(struct conn *c)
+{
+	if (c->state == CONN_QUEUED)
+		c->loop->dials_queued--;
+	if (c->dialing)
+		c->loop->dials--;
+	c->dialing = false;
+}
+
 /* The rest of fail(), once no helper works on @c. A loop's dial reports
  * its outcome as news; rig_dial's caller ends its own; an accept that
  * failed goes without a word. */
@@ -471,6 +493,7 @@ static void finish(struct conn *c)
  * works on it, the helper finishes. */
 static void fail(struct conn *c, int err)
 {
+	dial_over(c);
 	handshake_over(c, -err);
 	if (c->listener)
 		c->listener->handshakes--;
@@ -495,6 +518,7 @@ static void job_work(struct rig__job *job)
 		finish(c);	/* failed or dropped meanwhile */
 	else
 		c->then(c, ret);
+	dials_next(loop);
 	pthread_mutex_unlock(&loop->cm_lock);
 }
 
@@ -508,6 +532,9 @@ static void off_loop(struct conn *c, enum conn_state state, int (*slow)(struct c
 	c->then = then;
 	if (!c->blocking) {
 		c->job.work = job_work;
+		/* A dial's queue pair starts its handshake: the helper puts
+		 * the steps of those under way first (loop.c). */
+		c->job.starts = state == CONN_MAKING && !c->accepting;
 		c->in_job = true;
 		if (!rig__loop_defer(c->loop, &c->job))
 			return;
@@ -571,6 +598,7 @@ static void up(struct conn *c)
 	struct rig_listener *l = c->listener;
 	uint64_t cookie = l ? l->cookie : c->cookie;
 
+	dial_over(c);
 	handshake_over(c, 0);
 	if (l)
 		l->handshakes--;
@@ -864,6 +892,8 @@ static void conn_step(struct conn *c, const struct cm_ev *ev)
 	case CONN_MAKING:
 	case CONN_ESTABLISHING:
 		break;		/* the peer gave up while we worked */
+	case CONN_QUEUED:
+		break;		/* no rdma_cm work started: no event comes */
 	case CONN_DONE:
 		return;
 	}
@@ -893,6 +923,7 @@ static void take_event(struct rdma_cm_event *raw, struct cm_ev *ev)
  * names. cm_lock held. */
 static void step(const struct cm_ev *ev)
 {
+	struct rig_loop *loop;
 	struct conn *c;
 
 	if (ev->type == RDMA_CM_EVENT_CONNECT_REQUEST) {
@@ -900,8 +931,11 @@ static void step(const struct cm_ev *ev)
 		return;
 	}
 	c = ev->id->context;
-	if (c && c->kind == CM_CONN)
+	if (c && c->kind == CM_CONN) {
+		loop = c->loop;		/* the step may free c */
 		conn_step(c, ev);
+		dials_next(loop);	/* it may have ended a dial */
+	}
 	/* else a listener's own event: nothing to do */
 }
 
@@ -963,6 +997,7 @@ static void conn_tick(struct rig_loop *loop)
 			fail(c, ETIMEDOUT);
 		}
 	}
+	dials_next(loop);
 	rearm(loop);
 }
 
@@ -1008,10 +1043,46 @@ static int dial_start(struct conn *c, const char *addr, struct sockaddr_storage 
 	return 0;
 }
 
+/*
+ * Starts the loop's queued dials, oldest first, while fewer than
+ * RIG_CM_DIALS are under way: a storm of dials then makes queue pairs at
+ * the rate handshakes finish, and each answer finds its dial's next step
+ * near the head of the helper's queue. Called where no walk of the
+ * handshakes is under way: a dial that fails at once leaves the list.
+ * cm_lock held.
+ */
+static void dials_next(struct rig_loop *loop)
+{
+	char addr[INET6_ADDRSTRLEN];
+	struct rig__list *l, *next;
+	struct conn *c;
+	int ret;
+
+	for (l = loop->handshakes.next; l != &loop->handshakes && loop->dials_queued &&
+	     loop->dials < RIG_CM_DIALS; l = next) {
+		next = l->next;
+		c = container_of(l, struct conn, link);
+		if (c->state != CONN_QUEUED)
+			continue;
+		loop->dials_queued--;
+		if (!inet_ntop(c->dst.ss_family, c->dst.ss_family == AF_INET6
+			       ? (const void *)&((struct sockaddr_in6 *)&c->dst)->sin6_addr
+			       : (const void *)&((struct sockaddr_in *)&c->dst)->sin_addr,
+			       addr, sizeof(addr)))
+			addr[0] = 0;
+		ret = dial_start(c, addr, &c->dst);
+		if (ret) {
+			fail(c, -ret);
+			continue;
+		}
+		c->dialing = true;
+		loop->dials++;
+	}
+}
+
 RIG_EXPORT __cold int rig_loop_dial(struct rig_loop *loop, const char *addr, uint16_t port,
 				    int64_t us, uint64_t cookie)
 {
-	struct sockaddr_storage ss;
 	struct conn *c;
 	int ret;
 
@@ -1023,20 +1094,20 @@ RIG_EXPORT __cold int rig_loop_dial(struct rig_loop *loop, const char *addr, uin
 	pthread_mutex_lock(&loop->cm_lock);
 	ret = rig__events_cm_channel(loop, &consumer);
 	if (!ret)
-		ret = dial_id(c, loop->cm, addr, port, &ss);
+		ret = dial_id(c, loop->cm, addr, port, &c->dst);
 	if (ret) {
 		pthread_mutex_unlock(&loop->cm_lock);
 		free(c);
 		return ret;
 	}
+	/* From here on, every outcome is news; the bound holds while the
+	 * dial waits its turn too. */
 	c->deadline = deadline_after(us);
+	c->state = CONN_QUEUED;
+	loop->dials_queued++;
 	set_home(c, HOME_HANDSHAKE, &loop->handshakes);
-	/* From here on, every outcome is news. */
-	ret = dial_start(c, addr, &ss);
-	if (ret)
-		fail(c, -ret);
-	else
-		rearm(loop);
+	dials_next(loop);
+	rearm(loop);
 	pthread_mutex_unlock(&loop->cm_lock);
 	return 0;
 }

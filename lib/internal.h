@@ -157,11 +157,15 @@ struct rig__news {
  * for the loop's own thread, such as making a queue pair (the kernel
  * takes ~20 ms for one with 4095-entry rings on an emulated guest) or
  * destroying one (as long). A teardown waits in a queue of its own, so
- * that a storm of them cannot hold up handshakes (see helper_main). */
+ * that a storm of them cannot hold up handshakes; so does a job that
+ * starts a handshake (a dial's queue pair), so that a storm of dials
+ * cannot hold up the handshakes under way, whose peers wait with a
+ * bound (see next_job). */
 struct rig__job {
-	struct rig__list link;		/* in loop->jobs or loop->teardowns */
+	struct rig__list link;		/* in loop->jobs, starts or teardowns */
 	void (*work)(struct rig__job *self);
 	bool teardown;
+	bool starts;
 };
 
 /*
@@ -193,13 +197,14 @@ struct rig_loop {
 	 * while some are kept, and keeps rig_loop_fd readable. */
 	struct rig__list listeners, handshakes, cm_kept;
 	bool cm_owed;
+	unsigned dials, dials_queued;	/* under way, waiting their turn */
 	/* loop.c: the helper thread, started by the first job, and its
 	 * queue, under job_lock */
 	pthread_t helper;
 	bool helper_started, helper_stop;
 	pthread_mutex_t job_lock;
 	pthread_cond_t job_cond;
-	struct rig__list jobs, teardowns;
+	struct rig__list jobs, starts, teardowns;
 	bool took_teardown;		/* the helper's last job was one */
 	struct rig__list link;		/* in nic->loops */
 	uint64_t id;		/* never reused: wait.c's polls name the loop */

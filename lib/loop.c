@@ -150,23 +150,27 @@ void rig__loop_unpost(struct rig_loop *loop, struct rig__news *n)
 
 /*
  * The order the helper takes jobs in: each queue in the order it was
- * filled, and the two queues in turn while both hold some. A handshake
- * then waits behind one teardown at most per job of its own queue ahead
- * of it, however many departures were queued before it, and a stream of
- * handshakes cannot hold teardowns (and the memory they give back) off
- * for ever either. job_lock held.
+ * filled; a handshake's next step (a queue pair to take to RTS, an
+ * accepted request's queue pair) before a job that starts a new one (a
+ * dial's queue pair); and teardowns in turn with those while both wait.
+ * A handshake under way then waits behind one teardown at most per job
+ * of its own queue ahead of it, however many dials or departures were
+ * queued before it: its peer drops it after RIG_CM_HALF_OPEN_MS, and a
+ * thousand dials' queue pairs take the kernel longer than that to make.
+ * A stream of handshakes cannot hold teardowns (and the memory they give
+ * back) off for ever either. job_lock held.
  */
 static struct rig__job *next_job(struct rig_loop *loop)
 {
-	bool jobs = loop->jobs.next != &loop->jobs;
+	struct rig__list *work = loop->jobs.next != &loop->jobs ? &loop->jobs : &loop->starts;
+	bool jobs = work->next != work;
 	bool teardowns = loop->teardowns.next != &loop->teardowns;
 	struct rig__list *l;
 
 	if (!jobs && !teardowns)
 		return NULL;
-	l = teardowns && (!jobs || !loop->took_teardown) ? loop->teardowns.next
-							: loop->jobs.next;
-	loop->took_teardown = l != loop->jobs.next;
+	l = teardowns && (!jobs || !loop->took_teardown) ? loop->teardowns.next : work->next;
+	loop->took_teardown = l == loop->teardowns.next;
 	rig__list_del(l);
 	return container_of(l, struct rig__job, link);
 }
@@ -211,7 +215,8 @@ int rig__loop_defer(struct rig_loop *loop, struct rig__job *job)
 		loop->helper_started = !ret;
 	}
 	if (!ret) {
-		rig__list_add(job->teardown ? loop->teardowns.prev : loop->jobs.prev,
+		rig__list_add(job->teardown ? loop->teardowns.prev
+			      : job->starts ? loop->starts.prev : loop->jobs.prev,
 			      &job->link);
 		pthread_cond_signal(&loop->job_cond);
 	}
@@ -344,6 +349,7 @@ int rig__loop_open(struct rig_nic *nic, struct rig_loop **out)
 	rig__list_init(&loop->handshakes);
 	rig__list_init(&loop->cm_kept);
 	rig__list_init(&loop->jobs);
+	rig__list_init(&loop->starts);
 	rig__list_init(&loop->teardowns);
 	rig__list_init(&loop->live);
 	loop->live_tick = live_tick;

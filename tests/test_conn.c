@@ -2024,3 +2024,91 @@ Test(conn, tick_gap_under_attack, .timeout = 240, .fini = tick_report)
 		     ctl.p99);
 	attack_close(a, true);
 }
+
+/*
+ * A storm: STORM dials at once from one loop to one listener, across the
+ * two hosts. Each dial's queue pair takes the kernel tens of milliseconds
+ * to make, so the last of them waits seconds for its turn; the steps of
+ * the handshakes under way (the dialer's RTS, the listener's queue pair)
+ * must not wait behind those, or their peers drop them after
+ * RIG_CM_HALF_OPEN_MS and none comes up. Every dial must connect (no
+ * shedding either: one loop keeps few requests at the listener at once),
+ * and each connection carries the server's greeting. The time is logged,
+ * not asserted: the CI host is busy.
+ */
+#define STORM 500
+#define STORM_DIAL_US 300000000ll	/* a dial's bound: no timing verdict */
+
+Test(conn, storm_of_dials_from_one_loop_all_connect, .timeout = 600)
+{
+	const uint16_t port = 18622;
+	const uint64_t base = 0x5707000000000000ull;
+	static struct srv s;	/* static: the server thread outlives a failed assert */
+	static struct cli h;
+	static struct rig_qp *qp[STORM];
+	struct rig_ready ready[64];
+	struct rig_completion c;
+	int i, k, n, ret, dialed = 0, greeted = 0;
+	double t0, t_dialed = 0, t_accepted = 0;
+
+	if (!getenv("RIG_TEST_PEER_DEV"))
+		cr_skip_test("a storm across two hosts (tests/rxe-vm --two-hosts)");
+	cr_assert_leq(STORM, SRV_SLOTS);
+	srv_start(&s, port, false);
+	cli_open(&h);
+	memset(qp, 0, sizeof(qp));
+	t0 = t_now_ms();
+	for (i = 0; i < STORM; i++) {
+		ret = rig_loop_dial(h.loop, server_ip(), port, STORM_DIAL_US, base + (uint64_t)i);
+		cr_assert_eq(ret, 0, "rig_loop_dial %d: %d %s", i, ret, rig_errmsg());
+	}
+	while (greeted < STORM || SRV_COUNT(&s, accepted) < STORM) {
+		srv_check(&s);
+		cr_assert_lt(t_now_ms() - t0, STORM_DIAL_US / 1000 + MARGIN_MS,
+			     "%d of %d dials up, %d greeted, %d accepted", dialed, STORM, greeted,
+			     SRV_COUNT(&s, accepted));
+		if (!t_accepted && SRV_COUNT(&s, accepted) == STORM)
+			t_accepted = t_now_ms();
+		n = cli_news(&h, 20, ready, 64);
+		for (k = 0; k < n; k++) {
+			struct rig_ready *r = &ready[k];
+
+			if (r->news == RIG_NEWS_RING) {
+				while ((ret = rig_qp_poll(r->qp, r->side, &c)) == 1) {
+					cr_assert_eq(c.error, 0, "%s: %s",
+						     r->side == RIG_SEND ? "send" : "receive", c.why);
+					cr_assert_eq(r->side, RIG_RECEIVE);
+					cr_assert_eq(c.bytes, MSG);
+					greeted++;
+				}
+				cr_assert_geq(ret, 0, "rig_qp_poll: %d %s", ret, rig_errmsg());
+				continue;
+			}
+			cr_assert_eq(r->news, RIG_NEWS_DIALED, "news %d, result %d", r->news,
+				     r->result);
+			i = (int)(r->cookie - base);
+			cr_assert(r->cookie >= base && i < STORM && !qp[i],
+				  "DIALED with cookie %#llx: not one of the storm's, or twice",
+				  (unsigned long long)r->cookie);
+			cr_assert_eq(r->result, 0, "dial %d of %d (%d up before it, %.0f ms in): %d (%s)",
+				     i, STORM, dialed, t_now_ms() - t0, r->result, rig_errmsg());
+			cr_assert_not_null(r->qp);
+			qp[i] = r->qp;
+			ret = rig_qp_receive(r->qp, h.rx.r, (size_t)2 * i * MSG, MSG);
+			cr_assert_eq(ret, 0, "rig_qp_receive: %d %s", ret, rig_errmsg());
+			if (++dialed == STORM)
+				t_dialed = t_now_ms();
+		}
+	}
+	if (!t_accepted)
+		t_accepted = t_now_ms();
+	for (i = 0; i < STORM; i++)
+		cr_assert_arr_eq(h.rx.mem + (size_t)2 * i * MSG, GREETING, MSG,
+				 "connection %d: not the server's greeting", i);
+	cr_log_info("storm: %d dials at once, all up in %.0f ms, all accepted in %.0f ms, "
+		    "all greeted in %.0f ms", STORM, t_dialed - t0, t_accepted - t0,
+		    t_now_ms() - t0);
+	srv_join(&s);
+	cli_close(&h);
+	srv_close(&s);
+}
