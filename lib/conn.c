@@ -953,7 +953,9 @@ static const char *owned_why(int err)
 /* The rest of fail() once the application has the queue pair (its early
  * news was handed out): the queue pair fails as when the peer leaves
  * (F1, F6) and the loop hands out RIG_NEWS_GONE; the application
- * destroys it, and the connection with it. The peer hears a rejection. */
+ * destroys it, and the connection with it: destroying the id rejects the
+ * handshake then. (Rejecting it here first would make that destroy wait
+ * in the kernel for as long as the rejection's time-wait: seconds.) */
 static void fail_owned(struct conn *c, int err)
 {
 	handshake_over(c, -err);
@@ -962,7 +964,6 @@ static void fail_owned(struct conn *c, int err)
 	c->listener = NULL;
 	set_home(c, HOME_NONE, NULL);
 	c->state = CONN_UP;	/* later departures: told once already */
-	rdma_reject(c->id, NULL, 0);
 	lose(c, err, owned_why(err));
 }
 
