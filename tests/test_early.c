@@ -4,13 +4,16 @@
  * CONNECTIONS BY ADDRESS): the listener's application has its queue pair
  * (RIG_NEWS_ACCEPTED) before the dialer can send to it, and the dialer's
  * (RIG_NEWS_DIALED) before the listener learns that the dialer is ready.
- * So a message sent the moment its sender's news comes finds a receive
- * posted the moment the other side's came, however slowly that side's
- * loop turns: none waits on an empty ring, which on Soft-RoCE fails it
- * after ~470 ms (rig(7) SOFT-ROCE).
+ * So a dialer's message sent the moment RIG_NEWS_DIALED comes finds the
+ * receive the listener posted on RIG_NEWS_ACCEPTED, and a listener's sent
+ * once its side is established finds the one the dialer posted on
+ * RIG_NEWS_DIALED, however slowly the receiving side's loop turns: none
+ * waits on an empty ring, which on Soft-RoCE fails it after ~470 ms
+ * (rig(7) SOFT-ROCE).
  *
- * The server is a thread that drives rig_loop_listen's loop; the clients
- * dial it from a loop of their own in the test's thread. On two hosts the
+ * The server is a thread that drives rig_loop_listen's loop, or, when it
+ * speaks first, calls rig_accept(); the clients dial it from a loop of
+ * their own in the test's thread. On two hosts the
  * server has $RIG_TEST_PEER_DEV and the clients $RIG_TEST_DEV, so every
  * packet crosses the veth; on one, both use $RIG_TEST_DEV.
  */
@@ -544,6 +547,7 @@ static double round_trip(enum first first, uint16_t port)
 		usleep(10000);	/* polling a count; the verdict is the bound */
 	}
 	srv_end(&s);
+	cr_assert_eq(s.accepted, CLIENTS, "the server accepted %d connections", s.accepted);
 	cr_assert_eq(s.done, CLIENTS, "the server completed %d of %d messages", s.done, CLIENTS);
 	if (first == CLIENT_FIRST)
 		for (i = 0; i < CLIENTS; i++)
