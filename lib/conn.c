@@ -145,6 +145,7 @@ struct conn {
 	bool early;
 	bool handed;
 	uint8_t priv[RIG__CM_PRIVATE_MTU];
+	bool established;		/* up() came: a disconnect ends it */
 	/* A step's slow part and what follows it (cm_lock held); while
 	 * in_job, the helper thread runs them and owns qp. */
 	struct rig__job job;
@@ -571,7 +572,11 @@ static void release(struct rig__qp_owner *o)
 
 	pthread_mutex_lock(&loop->cm_lock);
 	c->qp = NULL;		/* its destroyer frees it */
-	rdma_disconnect(c->id);
+	/* A handshake handed out early and never done is rejected by the
+	 * id's destroy, as a dropped one: a disconnect there could make the
+	 * destroy wait in the kernel. */
+	if (c->established)
+		rdma_disconnect(c->id);
 	conn_end(c);
 	pthread_mutex_unlock(&loop->cm_lock);
 }
@@ -607,6 +612,7 @@ static void up(struct conn *c)
 		l->handshakes--;
 	c->listener = NULL;
 	c->state = CONN_UP;
+	c->established = true;
 	c->result = 0;
 	c->qp->owner = &c->qp_owner;
 	c->gone.what = (struct rig_ready){ &c->qp->pub, RIG_SEND, RIG_NEWS_GONE, 0, cookie };
