@@ -959,9 +959,10 @@ static const char *owned_why(int err)
 /* The rest of fail() once the application has the queue pair (its early
  * news was handed out): the queue pair fails as when the peer leaves
  * (F1, F6) and the loop hands out RIG_NEWS_GONE; the application
- * destroys it, and the connection with it: destroying the id rejects the
- * handshake then. (Rejecting it here first would make that destroy wait
- * in the kernel for as long as the rejection's time-wait: seconds.) */
+ * destroys it, and the connection with it. The id goes now, as a dropped
+ * handshake's always did: its destroy rejects the handshake, so the peer
+ * hears of it at once. (rdma_reject, then a destroy, would make the
+ * destroy wait in the kernel for the rejection's time-wait: seconds.) */
 static void fail_owned(struct conn *c, int err)
 {
 	handshake_over(c, -err);
@@ -969,8 +970,11 @@ static void fail_owned(struct conn *c, int err)
 		c->listener->handshakes--;
 	c->listener = NULL;
 	set_home(c, HOME_NONE, NULL);
-	c->state = CONN_UP;	/* later departures: told once already */
+	c->state = CONN_UP;	/* no event comes: its id is gone */
 	lose(c, err, owned_why(err));
+	forget_kept(c->loop, c->id);
+	rdma_destroy_id(c->id);
+	c->id = NULL;
 }
 
 /* One step of @c's handshake, or its end (the table at the top). */
