@@ -14,26 +14,26 @@
  * the server refused (its listener had as many handshakes under way as it
  * takes) is tried again after a pause that doubles, as TCP tries a
  * dropped SYN again, for 30 s from the first; so is a connection the
- * server let go before greeting it. The connection then posts a
- * receive and waits for the server's greeting, an empty message the
- * server sends once it has receives posted (see rig-echo.c). A server
- * that never sends it hung or vanished between its answer and its
- * greeting, and no failure would ever tell us: RC has no keepalive, and
- * a queue pair with only a receive posted sends nothing. So a timer of
- * our own, one per thread in its ring, ends a connection not greeted
- * within MS milliseconds of the dial's outcome (-w; 30 s by default),
- * with no new dial: a server that hung would not answer one. From then
- * on the connection keeps one message in flight: it posts the
- * receive of the reply, fills message seq with a pattern drawn from the
- * connection's identity (pid, i) and seq, sends it, and once the reply and
- * the send's completion are both in, checks the reply and starts the next
- * message (with -i, MS milliseconds later: an io_uring timeout). A message
- * never leaves before the reply of the one before, so the server never
- * needs more than one receive posted for us.
+ * server let go before its first reply. The connection speaks first, the
+ * moment its dial's news comes: a loop's listener has its queue pair
+ * before it answers, so rig-echo's receives are posted before we can
+ * send (rig(7) CONNECTIONS BY ADDRESS). A server that never replies hung
+ * or vanished after its answer, and no failure would ever tell us: RC has
+ * no keepalive, and a message that landed was acknowledged by the NIC,
+ * whatever the process does. So a timer of our own, one per thread in its
+ * ring, ends a connection with no reply within MS milliseconds of its
+ * first message (-w; 30 s by default), with no new dial: a server that
+ * hung would not answer one. The connection keeps one message in flight:
+ * it posts the receive of the reply, fills message seq with a pattern
+ * drawn from the connection's identity (pid, i) and seq, sends it, and
+ * once the reply and the send's completion are both in, checks the reply
+ * and starts the next message (with -i, MS milliseconds later: an
+ * io_uring timeout). A message never leaves before the reply of the one
+ * before, so the server never needs more than one receive posted for us.
  *
- * With -g it prints "ready: ..." once the server greeted every connection
- * and sends nothing before a SIGUSR1 (a signalfd in thread 0's ring, which
- * wakes the other threads through an eventfd): a test can connect many
+ * With -g it prints "ready: ..." once every connection is up and sends
+ * nothing before a SIGUSR1 (a signalfd in thread 0's ring, which wakes
+ * the other threads through an eventfd): a test can connect many
  * processes first and load the server after.
  *
  * It prints "streaming: ..." once every connection has had a reply, then
@@ -74,8 +74,8 @@
 #define EL_DIAL_US 30000000	/* a busy emulated guest connects slowly */
 #define EL_REDIAL_MS 20		/* the first pause after a refused dial */
 #define EL_REDIAL_MAX_MS 1000	/* doubling up to this */
-#define EL_GREETING_MS 30000	/* -w's default */
-#define EL_TICK_MAX_MS 1000	/* the greeting timer's period, at most */
+#define EL_REPLY_MS 30000	/* -w's default */
+#define EL_TICK_MAX_MS 1000	/* the reply timer's period, at most */
 
 /* user_data of the SQEs: the kind, and for EL_NEXT and EL_REDIAL the
  * connection's index in its thread */
@@ -91,7 +91,7 @@ struct el_opts {
 	unsigned long long msgs;
 	unsigned int threads;
 	unsigned int interval_ms;
-	unsigned int greeting_ms;	/* -w */
+	unsigned int reply_ms;		/* -w */
 	bool forever;
 	bool gate;
 };
@@ -105,13 +105,14 @@ struct el_conn {
 	uint8_t *buf;			/* [0, size): the message; then the reply */
 	uint32_t seq;			/* the message in flight */
 	unsigned long long done;	/* replies checked */
-	bool greeted;			/* the server's empty first message came */
+	bool served;			/* the server's first reply came */
 	bool reply_due, send_due;
 	bool ended;
 	uint32_t reply_bytes;
 	uint64_t t_sent, t_reply;	/* ns */
 	uint64_t dial_end;		/* ns: no dial starts after this */
-	uint64_t greeting_end;		/* ns: the greeting is late after this */
+	uint64_t reply_end;		/* ns: the first reply is late after this;
+					 * 0 until the first message left */
 	unsigned int refused;		/* dials refused so far */
 	struct __kernel_timespec pause;	/* before the next dial */
 };
@@ -126,7 +127,7 @@ struct el_thread {
 	struct io_uring ring;
 	bool ring_up;
 	struct __kernel_timespec interval;
-	struct __kernel_timespec tick;	/* the greeting timer's period */
+	struct __kernel_timespec tick;	/* the reply timer's period */
 	bool ticking;			/* its timeout is in the ring */
 	bool go;			/* -g: SIGUSR1 came */
 	struct el_conn **conn;		/* the thread's connections */
@@ -142,7 +143,8 @@ struct el_thread {
 struct el_load {
 	struct el_opts o;
 	struct rig_nic *nic;
-	atomic_uint greeted;		/* connections the server greeted */
+	atomic_uint up;			/* connections dialed and not dropped */
+	atomic_bool ready;		/* "ready: ..." was printed */
 	atomic_uint streaming;		/* connections that had a reply */
 	atomic_uint failed;
 	atomic_uint refused;		/* dials tried again */
@@ -252,12 +254,18 @@ el_conn_fail(struct el_thread *t, struct el_conn *c, const char *fmt, ...)
 	el_end(t, c, true);
 }
 
+static void el_tick_arm(struct el_thread *t);
+
 /* Posts the reply's receive, then message c->seq. */
 static int el_send_next(struct el_thread *t, struct el_conn *c)
 {
 	size_t size = t->l->o.size;
 	int ret;
 
+	if (!c->reply_end) {
+		c->reply_end = el_now_ns() + t->l->o.reply_ms * 1000000ull;
+		el_tick_arm(t);
+	}
 	ret = rig_qp_receive(c->qp, c->region, size, size);
 	if (ret)
 		return ret;
@@ -270,7 +278,7 @@ static int el_send_next(struct el_thread *t, struct el_conn *c)
 	return 0;
 }
 
-/* Queues the greeting timer's next tick, unless it is queued. */
+/* Queues the reply timer's next tick, unless it is queued. */
 static void el_tick_arm(struct el_thread *t)
 {
 	if (t->ticking)
@@ -351,18 +359,20 @@ static void el_on_dialed(struct el_thread *t, const struct rig_ready *r)
 			     strerror(-ret), rig_errmsg());
 		return;
 	}
-	/* the greeting's, into the reply's place */
-	ret = rig_qp_receive(c->qp, c->region, l->o.size, l->o.size);
-	if (ret) {
-		el_conn_fail(t, c, "receive: %s", strerror(-ret));
-		return;
-	}
-	c->greeting_end = el_now_ns() + l->o.greeting_ms * 1000000ull;
-	el_tick_arm(t);
+	if (atomic_fetch_add(&l->up, 1) + 1 == l->o.conns && !atomic_exchange(&l->ready, true))
+		printf("ready: all %u connections up, %u dials tried again "
+		       "(%u of them dropped before the first reply)\n", l->o.conns,
+		       atomic_load(&l->refused), atomic_load(&l->dropped));
+	if (l->o.gate && !t->go)
+		return;		/* el_on_go starts it */
+	/* The server's receive is posted already: speak at once. */
+	ret = el_send_next(t, c);
+	if (ret)
+		el_conn_fail(t, c, "post: %s", strerror(-ret));
 }
 
 /*
- * The greeting timer ticks: ends each connection whose greeting is late,
+ * The reply timer ticks: ends each connection whose first reply is late,
  * and ticks again while a connection still waits for one. A connection
  * waits at most a period more than -w says.
  */
@@ -374,41 +384,19 @@ static void el_on_tick(struct el_thread *t, int res)
 
 	t->ticking = false;
 	if (res != -ETIME) {
-		fprintf(stderr, "the greeting timer: %s\n", strerror(-res));
+		fprintf(stderr, "the reply timer: %s\n", strerror(-res));
 		exit(1);
 	}
 	for (k = 0; k < t->nconns; k++) {
 		c = t->conn[k];
-		if (c->ended || c->greeted || !c->qp)
+		if (c->ended || c->served || !c->qp || !c->reply_end)
 			continue;
-		if (now >= c->greeting_end)
-			el_conn_fail(t, c, "no greeting from the server in %u ms",
-				     t->l->o.greeting_ms);
+		if (now >= c->reply_end)
+			el_conn_fail(t, c, "no reply from the server in %u ms",
+				     t->l->o.reply_ms);
 		else
 			el_tick_arm(t);
 	}
-}
-
-/* The server's greeting: now it has receives posted for us. */
-static void el_on_greeting(struct el_thread *t, struct el_conn *c,
-			   uint32_t bytes)
-{
-	int ret;
-
-	if (bytes) {
-		el_conn_fail(t, c, "a greeting of %u bytes, not 0", bytes);
-		return;
-	}
-	c->greeted = true;
-	if (atomic_fetch_add(&t->l->greeted, 1) + 1 == t->l->o.conns)
-		printf("ready: all %u connections up, %u dials tried again "
-		       "(%u of them dropped before the greeting)\n", t->l->o.conns,
-		       atomic_load(&t->l->refused), atomic_load(&t->l->dropped));
-	if (t->l->o.gate && !t->go)
-		return;		/* el_on_go starts it */
-	ret = el_send_next(t, c);
-	if (ret)
-		el_conn_fail(t, c, "post: %s", strerror(-ret));
 }
 
 /* Ends @c, saying where its reply first differs from its message. */
@@ -440,6 +428,7 @@ static void el_round_trip(struct el_thread *t, struct el_conn *c)
 	}
 	if (!l->o.forever)
 		t->lat[t->nlat++] = (c->t_reply - c->t_sent) / 2;
+	c->served = true;
 	if (c->done++ == 0 &&
 	    atomic_fetch_add(&l->streaming, 1) + 1 == l->o.conns)
 		printf("streaming: all %u connections had a reply\n", l->o.conns);
@@ -494,18 +483,14 @@ static void el_poll(struct el_thread *t, struct el_conn *c, enum rig_side side)
 	while ((ret = rig_qp_poll(c->qp, side, &cp)) == 1) {
 		if (c->ended)
 			continue;
-		/* the server dropped the handshake after ours ended: GONE
-		 * comes too, and el_on_dropped dials again */
-		if (cp.error == -ECONNRESET && !c->greeted)
+		/* the server dropped the handshake before it served us:
+		 * GONE comes too, and el_on_dropped dials again */
+		if (cp.error == -ECONNRESET && !c->served)
 			continue;
 		if (cp.error) {
 			el_conn_fail(t, c, "%s failed: %s (%d)",
 				     side == RIG_SEND ? "send" : "receive",
 				     cp.why, cp.error);
-			continue;
-		}
-		if (side == RIG_RECEIVE && !c->greeted) {
-			el_on_greeting(t, c, cp.bytes);
 			continue;
 		}
 		if (side == RIG_SEND) {
@@ -523,10 +508,10 @@ static void el_poll(struct el_thread *t, struct el_conn *c, enum rig_side side)
 }
 
 /*
- * The server let @c go before its greeting: a busy server drops a
+ * The server let @c go before its first reply: a busy server drops a
  * handshake whose last message came later than its bound
  * (RIG_CM_HALF_OPEN_MS), and our side is up by then. It never served
- * us: as a refused dial, dial it again.
+ * us: as a refused dial, dial it again, from the same message.
  */
 static void el_on_dropped(struct el_thread *t, struct el_conn *c, int result)
 {
@@ -538,6 +523,8 @@ static void el_on_dropped(struct el_thread *t, struct el_conn *c, int result)
 	*p = c->next;
 	ret = rig_qp_destroy(c->qp);
 	c->qp = NULL;
+	c->reply_end = 0;
+	atomic_fetch_sub(&t->l->up, 1);
 	if (ret) {
 		el_conn_fail(t, c, "rig_qp_destroy: %s", strerror(-ret));
 		return;
@@ -549,7 +536,7 @@ static void el_on_dropped(struct el_thread *t, struct el_conn *c, int result)
 	else if (el_redial(t, c))
 		atomic_fetch_add(&t->l->dropped, 1);
 	else
-		el_conn_fail(t, c, "the server left before greeting us: %s (%d)",
+		el_conn_fail(t, c, "the server left before its first reply: %s (%d)",
 			     strerror(-result), result);
 }
 
@@ -566,7 +553,7 @@ static void el_on_news(struct el_thread *t, const struct rig_ready *r)
 		fprintf(stderr, "news %d for an unknown queue pair\n", r->news);
 		return;
 	}
-	if (r->news == RIG_NEWS_GONE && !c->greeted && !c->ended) {
+	if (r->news == RIG_NEWS_GONE && !c->served && !c->ended) {
 		el_on_dropped(t, c, r->result);
 		return;
 	}
@@ -599,7 +586,7 @@ static void el_on_signal(struct el_thread *t, int res)
 	}
 }
 
-/* The go: the connections greeted so far send their first message. */
+/* The go: the connections up so far send their first message. */
 static void el_on_go(struct el_thread *t)
 {
 	struct el_conn *c;
@@ -609,7 +596,7 @@ static void el_on_go(struct el_thread *t)
 	t->go = true;
 	for (k = 0; k < t->nconns; k++) {
 		c = t->conn[k];
-		if (c->ended || !c->greeted)
+		if (c->ended || !c->qp || c->reply_end)
 			continue;
 		ret = el_send_next(t, c);
 		if (ret)
@@ -716,7 +703,7 @@ static int el_thread_setup(struct el_thread *t)
 	t->interval.tv_sec = l->o.interval_ms / 1000;
 	t->interval.tv_nsec = (long long)(l->o.interval_ms % 1000) * 1000000;
 	/* a tenth of -w, from 1 ms to EL_TICK_MAX_MS */
-	k = l->o.greeting_ms / 10;
+	k = l->o.reply_ms / 10;
 	k = k < 1 ? 1 : k > EL_TICK_MAX_MS ? EL_TICK_MAX_MS : k;
 	t->tick.tv_sec = k / 1000;
 	t->tick.tv_nsec = (long long)(k % 1000) * 1000000;
@@ -878,7 +865,7 @@ static void el_usage(const char *argv0)
 		"  -n MSGS     round trips per connection (default 1000)\n"
 		"  -t THREADS  threads, each with its loop (default 1)\n"
 		"  -i MS       a pause between a reply and the next message (default 0)\n"
-		"  -w MS       how long a connection waits for the server's greeting\n"
+		"  -w MS       how long a connection waits for the server's first reply\n"
 		"              (default 30000)\n"
 		"  -g          once every connection is up, print \"ready: ...\" and\n"
 		"              send nothing before a SIGUSR1\n"
@@ -931,7 +918,7 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 		case 's': o->size = (size_t)v; break;
 		case 'n': o->msgs = v; break;
 		case 'i': o->interval_ms = (unsigned int)v; break;
-		case 'w': o->greeting_ms = (unsigned int)v; break;
+		case 'w': o->reply_ms = (unsigned int)v; break;
 		case 't':
 			if (v > EL_THREADS_MAX)
 				return -1;
@@ -965,7 +952,7 @@ static int el_gate(struct el_load *l)
 int main(int argc, char *argv[])
 {
 	struct el_opts o = { .ports = 1, .conns = 1, .size = 64, .msgs = 1000,
-			     .threads = 1, .greeting_ms = EL_GREETING_MS };
+			     .threads = 1, .reply_ms = EL_REPLY_MS };
 	struct el_load *l;
 	unsigned int i;
 	int ret, status = 0;

@@ -26,15 +26,14 @@
  * ring completes in the order of its posts, so two FIFOs of slot numbers
  * say which slot each completion is for.
  *
- * The greeting. A queue pair reaches the server as RIG_NEWS_ACCEPTED once
- * the handshake is done, so the client may send before the server had a
- * chance to post a receive: it then waits for one (receiver not ready),
- * forever on hardware, but on Soft-RoCE at most ~0.5 s before its send
- * fails, and a server accepting a burst of clients is later than that. So
- * the server's first message to each client is an empty one, sent once
- * the receives are posted: a client sends nothing before it (rig-echo-load
- * waits for it), and a client that keeps fewer than RECVS messages in
- * flight then never meets a queue pair without a receive posted.
+ * Who speaks first: the client. A queue pair reaches the server as
+ * RIG_NEWS_ACCEPTED before rig answers the client's request, so the
+ * receives posted here are in place before the client can send, however
+ * late this thread comes back to its loop (rig(7) CONNECTIONS BY
+ * ADDRESS): a client that keeps at most RECVS messages in flight never
+ * meets a queue pair without a receive posted. The server never speaks
+ * first: what it would send on RIG_NEWS_ACCEPTED would leave before the
+ * client has the answer.
  *
  * A client that leaves (its process ends or is killed, it destroys its
  * queue pair) comes out of the loop as RIG_NEWS_GONE: the server takes
@@ -96,7 +95,6 @@
 #define EC_READY 64		/* news taken per rig_uring_handle() */
 #define EC_URING_ENTRIES 64
 #define EC_BUCKETS 1024		/* of each thread's queue pair -> client map */
-#define EC_GREETING UINT32_MAX	/* in the send FIFO: no slot to give back */
 
 /* user_data of the SQEs: what completed */
 enum ec_kind { EC_RIG = 1, EC_STOP, EC_SIGNAL, EC_TICK };
@@ -121,8 +119,7 @@ struct ec_conn {
 	size_t buf_len;
 	uint32_t qpn;
 	/* each ring's slot numbers in post order, indexed by free-running
-	 * counters (64 bits: they never wrap) modulo recvs, recvs + 1 for
-	 * sends (the greeting too) */
+	 * counters (64 bits: they never wrap) modulo recvs */
 	uint32_t *recv_fifo, *send_fifo;
 	uint64_t recv_head, recv_tail, send_head, send_tail;
 	unsigned long long msgs, bytes;
@@ -377,7 +374,7 @@ static void ec_free(struct ec_conn *c)
 	free(c);
 }
 
-/* A new client: its region, its receives, its greeting. */
+/* A new client: its region and its receives. */
 static void ec_accept(struct ec_thread *t, struct rig_qp *qp)
 {
 	struct ec_server *s = t->s;
@@ -396,7 +393,7 @@ static void ec_accept(struct ec_thread *t, struct rig_qp *qp)
 	rig_qp_endpoint(qp, &e);
 	c->qpn = e.qp;
 	c->recv_fifo = calloc(s->o.recvs, sizeof(*c->recv_fifo));
-	c->send_fifo = calloc(s->o.recvs + 1, sizeof(*c->send_fifo));
+	c->send_fifo = calloc(s->o.recvs, sizeof(*c->send_fifo));
 	c->buf_len = (s->o.recvs * s->o.maxsize + page - 1) / page * page;
 	c->buf = mmap(NULL, c->buf_len, PROT_READ | PROT_WRITE,
 		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -418,12 +415,6 @@ static void ec_accept(struct ec_thread *t, struct rig_qp *qp)
 			goto refuse;
 		}
 	}
-	ret = rig_qp_send(qp, c->region, 0, 0);	/* the greeting */
-	if (ret) {
-		ec_fail("rig_qp_send", ret);
-		goto refuse;
-	}
-	c->send_fifo[c->send_head++ % (s->o.recvs + 1)] = EC_GREETING;
 	c->next = t->bucket[ec_hash(qp)];
 	t->bucket[ec_hash(qp)] = c;
 	t->accepted++;
@@ -459,18 +450,16 @@ static void ec_on_receive(struct ec_thread *t, struct ec_conn *c,
 		ec_doom(t, c, ret, "rig_qp_send refused the echo");
 		return;
 	}
-	c->send_fifo[c->send_head++ % (s->o.recvs + 1)] = slot;
+	c->send_fifo[c->send_head++ % s->o.recvs] = slot;
 }
 
 /* The oldest echo went: its slot takes a receive again. */
 static void ec_on_send(struct ec_thread *t, struct ec_conn *c)
 {
 	struct ec_server *s = t->s;
-	uint32_t slot = c->send_fifo[c->send_tail++ % (s->o.recvs + 1)];
+	uint32_t slot = c->send_fifo[c->send_tail++ % s->o.recvs];
 	int ret;
 
-	if (slot == EC_GREETING)
-		return;
 	ret = ec_post_receive(s, c, slot);
 	if (ret)
 		ec_doom(t, c, ret, "rig_qp_receive refused");

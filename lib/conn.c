@@ -12,10 +12,23 @@
  *	RESOLVING_ADDR   dial    ADDR_RESOLVED         RESOLVING_ROUTE
  *	RESOLVING_ROUTE  dial    ROUTE_RESOLVED        MAKING, then CONNECTING
  *	CONNECTING       dial    CONNECT_RESPONSE      ESTABLISHING, then UP
- *	MAKING           accept  (the request made it) ACCEPTING
+ *	                                               (a loop's: OWING)
+ *	MAKING           accept  (the request made it) ACCEPTING (a loop's: OWING)
+ *	OWING            both    its news handed out   accept: ACCEPTING; dial: UP
  *	ACCEPTING        accept  ESTABLISHED           UP
  *	UP               both    DISCONNECTED, REJECTED, DEVICE_REMOVAL,
  *	                         CONNECT_ERROR, UNREACHABLE: the peer is gone
+ *
+ * A loop's connection hands its queue pair out (RIG_NEWS_ACCEPTED or
+ * RIG_NEWS_DIALED) as soon as it is at RTS, before the handshake's next
+ * message: it OWES the peer that message (the answer, or the dialer's
+ * RTU) until the loop's thread next takes its steps after the news was
+ * handed out (pay_owed()). So the receives the application posted on
+ * the news are in place before the peer can learn of the connection,
+ * and so can send. rig_accept and rig_dial hand out a queue pair that is
+ * up, as before. A handshake that fails once its news was handed out
+ * fails the queue pair, which is the application's, as a peer that left
+ * fails it, and the loop hands out RIG_NEWS_GONE (fail_owned()).
  *
  * Any other event before UP ends the handshake with its error (DONE). In
  * MAKING and ESTABLISHING the slow part (making a queue pair, taking it
@@ -74,6 +87,7 @@ enum conn_state {
 	CONN_CONNECTING,
 	CONN_ESTABLISHING,
 	CONN_ACCEPTING,
+	CONN_OWING,
 	CONN_UP,
 	CONN_DONE,
 };
@@ -87,6 +101,7 @@ static const char *const state_names[] = {
 	[CONN_CONNECTING] = "CONNECTING",
 	[CONN_ESTABLISHING] = "ESTABLISHING",
 	[CONN_ACCEPTING] = "ACCEPTING",
+	[CONN_OWING] = "OWING",
 	[CONN_UP] = "UP",
 	[CONN_DONE] = "DONE",
 };
@@ -134,6 +149,13 @@ struct conn {
 	bool may_be_local;
 	struct rig__qp_owner qp_owner;
 	struct rig__news up, gone;	/* ACCEPTED or DIALED, then GONE */
+	/* A loop's: its news went out before the handshake's end (OWING),
+	 * and was handed out (set under the loop's lock by its thread); the
+	 * answer it owes. */
+	bool early;
+	bool handed;
+	uint8_t priv[RIG__CM_PRIVATE_MTU];
+	bool established;		/* up() came: a disconnect ends it */
 	/* A step's slow part and what follows it (cm_lock held); while
 	 * in_job, the helper thread runs them and owns qp. */
 	struct rig__job job;
@@ -447,6 +469,10 @@ static void handshake_over(struct conn *c, int result)
 static void conn_end(struct conn *c)
 {
 	handshake_over(c, -ECONNABORTED);	/* a handshake its loop dropped */
+	/* The application destroyed a queue pair handed out early. */
+	if (c->listener)
+		c->listener->handshakes--;
+	c->listener = NULL;
 	conn_strip(c);
 	rig__loop_unpost(c->loop, &c->up);
 	rig__loop_unpost(c->loop, &c->gone);
@@ -489,11 +515,31 @@ static void finish(struct conn *c)
 	rig__loop_post(c->loop, &c->up);
 }
 
+static void fail_owned(struct conn *c, int err);
+
+/* Whether the application has @c's queue pair: its early news was handed
+ * out. News still waiting is withdrawn: the handshake fails as if it had
+ * never been posted. */
+static bool app_has_qp(struct conn *c)
+{
+	if (!c->early)
+		return false;
+	c->early = false;
+	if (rig__loop_withdraw(c->loop, &c->up))
+		return false;
+	c->early = true;
+	return true;
+}
+
 /* Ends a handshake that did not make it, with -@err; while the helper
  * works on it, the helper finishes. */
 static void fail(struct conn *c, int err)
 {
 	dial_over(c);
+	if (app_has_qp(c)) {
+		fail_owned(c, err);
+		return;
+	}
 	handshake_over(c, -err);
 	if (c->listener)
 		c->listener->handshakes--;
@@ -553,7 +599,11 @@ static void release(struct rig__qp_owner *o)
 
 	pthread_mutex_lock(&loop->cm_lock);
 	c->qp = NULL;		/* its destroyer frees it */
-	rdma_disconnect(c->id);
+	/* A handshake handed out early and never done is rejected by the
+	 * id's destroy, as a dropped one: a disconnect there could make the
+	 * destroy wait in the kernel. */
+	if (c->established)
+		rdma_disconnect(c->id);
 	conn_end(c);
 	pthread_mutex_unlock(&loop->cm_lock);
 }
@@ -590,6 +640,7 @@ static void up(struct conn *c)
 		l->handshakes--;
 	c->listener = NULL;
 	c->state = CONN_UP;
+	c->established = true;
 	c->result = 0;
 	c->qp->owner = &c->qp_owner;
 	c->gone.what = (struct rig_ready){ &c->qp->pub, RIG_SEND, RIG_NEWS_GONE, 0, cookie };
@@ -598,11 +649,41 @@ static void up(struct conn *c)
 		return;
 	}
 	set_home(c, HOME_NONE, NULL);
-	if (c->blocking)
-		return;		/* rig_dial returns it */
+	if (c->blocking || c->early)
+		return;		/* rig_dial returns it; the news went out */
 	c->up.what = (struct rig_ready){ &c->qp->pub, RIG_SEND,
 					 c->accepting ? RIG_NEWS_ACCEPTED : RIG_NEWS_DIALED,
 					 0, cookie };
+	rig__loop_post(c->loop, &c->up);
+}
+
+/* A loop's early news was handed out (the loop's lock held, on its
+ * thread): its next pass pays what @c owes. */
+static void early_handed(struct rig__news *n)
+{
+	struct conn *c = container_of(n, struct conn, up);
+
+	__atomic_store_n(&c->handed, true, __ATOMIC_RELEASE);
+	__atomic_store_n(&c->loop->cm_owed, true, __ATOMIC_RELEASE);
+}
+
+/* A loop's queue pair is at RTS: it is the application's now, before the
+ * peer hears the handshake's next message (OWING). */
+static void hand_early(struct conn *c)
+{
+	uint64_t cookie = c->accepting ? c->listener->cookie : c->cookie;
+
+	c->state = CONN_OWING;
+	c->early = true;
+	/* The application's time, not the peer's: RIG_CM_HANDSHAKES bounds
+	 * how many may wait for it. */
+	c->deadline = INT64_MAX / 2;
+	c->qp->owner = &c->qp_owner;
+	c->gone.what = (struct rig_ready){ &c->qp->pub, RIG_SEND, RIG_NEWS_GONE, 0, cookie };
+	c->up.what = (struct rig_ready){ &c->qp->pub, RIG_SEND,
+					 c->accepting ? RIG_NEWS_ACCEPTED : RIG_NEWS_DIALED,
+					 0, cookie };
+	c->up.handed = early_handed;
 	rig__loop_post(c->loop, &c->up);
 }
 
@@ -727,9 +808,14 @@ static void dial_connect(struct conn *c, int ret)
 		c->state = CONN_CONNECTING;
 }
 
-/* The dial's queue pair is at RTS: tell the listener. */
+/* The dial's queue pair is at RTS: tell the listener; a loop's dial
+ * hands it out first, and tells the listener once that is done. */
 static void dial_establish(struct conn *c, int ret)
 {
+	if (!ret && !c->blocking) {
+		hand_early(c);
+		return;
+	}
 	if (!ret && rdma_establish(c->id))
 		ret = rig__fail(errno, "%s: rdma_establish: %s", step_name(c),
 				strerror(errno));
@@ -739,14 +825,29 @@ static void dial_establish(struct conn *c, int ret)
 		up(c);
 }
 
-/* The accepting side's queue pair is at RTS: answer the request. */
+/* The answer is sent. The peer's time starts now: the time a burst of
+ * requests waited for their queue pairs, or the application for its
+ * news, was ours. */
+static void answered(struct conn *c)
+{
+	c->state = CONN_ACCEPTING;
+	c->deadline = rig__now_ns() + RIG_CM_HALF_OPEN_MS * 1000000ll;
+	if (!c->blocking)
+		rearm(c->loop);
+}
+
+/* The accepting side's queue pair is at RTS: answer the request; a
+ * loop's listener hands it out first, and answers once that is done. */
 static void accept_answer(struct conn *c, int ret)
 {
 	struct rdma_conn_param param;
-	uint8_t priv[RIG__CM_PRIVATE_MTU];
 
 	if (!ret)
-		ret = our_param(c, &param, priv);
+		ret = our_param(c, &param, c->priv);
+	if (!ret && !c->blocking) {
+		hand_early(c);
+		return;
+	}
 	if (!ret && rdma_accept(c->id, &param))
 		ret = rig__fail(errno, "%s: rdma_accept: %s", step_name(c), strerror(errno));
 	if (ret) {
@@ -754,12 +855,49 @@ static void accept_answer(struct conn *c, int ret)
 		fail(c, -ret);
 		return;
 	}
-	/* The peer's time starts now: the time a burst of requests waited
-	 * for their queue pairs was ours. */
-	c->state = CONN_ACCEPTING;
-	c->deadline = rig__now_ns() + RIG_CM_HALF_OPEN_MS * 1000000ll;
-	if (!c->blocking)
-		rearm(c->loop);
+	answered(c);
+}
+
+/* What an OWING connection owes its peer, now that the application had
+ * its news: the answer, or the dialer's RTU. cm_lock held. */
+static void pay(struct conn *c)
+{
+	struct rdma_conn_param param;
+	int ret = 0;
+
+	if (c->accepting) {
+		conn_param(&param, c->priv, c->qp);
+		if (rdma_accept(c->id, &param))
+			ret = rig__fail(errno, "%s: rdma_accept: %s", step_name(c),
+					strerror(errno));
+	} else if (rdma_establish(c->id)) {
+		ret = rig__fail(errno, "%s: rdma_establish: %s", step_name(c), strerror(errno));
+	}
+	/* The id left the connecting state: the peer gave up meanwhile (its
+	 * rejection, or its request's end, waits in the channel). */
+	if (ret == -EINVAL)
+		ret = -ECONNRESET;
+	if (ret)
+		fail(c, -ret);
+	else if (c->accepting)
+		answered(c);
+	else
+		up(c);
+}
+
+/* Pays what the loop's connections owe, for the news handed out since
+ * its last pass. cm_lock held. */
+static void pay_owed(struct rig_loop *loop)
+{
+	struct rig__list *l, *next;
+
+	for (l = loop->handshakes.next; l != &loop->handshakes; l = next) {
+		struct conn *c = container_of(l, struct conn, link);
+
+		next = l->next;
+		if (c->state == CONN_OWING && __atomic_load_n(&c->handed, __ATOMIC_ACQUIRE))
+			pay(c);
+	}
 }
 
 /* A new request on listener @l: answer it, or reject it. */
@@ -808,20 +946,63 @@ static void accept_request(struct rig_listener *l, const struct cm_ev *ev)
 
 /* A connection that is up hears that its peer left, or its device went:
  * its queue pair fails at once, as an async event fails it (F1, F6). */
-static void gone(struct conn *c, enum rdma_cm_event_type type)
+static void lose(struct conn *c, int err, const char *why)
 {
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
 
-	if (c->gone.what.result)
-		return;		/* told once */
-	rig__events_fail_qp(c->qp, departure_err(type), departure_why(type));
+	rig__events_fail_qp(c->qp, err, why);
 	/* F2: the NIC runs nothing more of it; what it completed before
 	 * counts, what it flushes now completes with the failure's error. */
 	ibv_modify_qp(c->qp->pub.ibqp, &attr, IBV_QP_STATE);
-	c->gone.what.result = -departure_err(type);
+	c->gone.what.result = -err;
 	rig__loop_post(c->loop, &c->gone);
+}
+
+static void gone(struct conn *c, enum rdma_cm_event_type type)
+{
+	if (c->gone.what.result)
+		return;		/* told once */
+	lose(c, departure_err(type), departure_why(type));
 	/* Answer the peer's disconnect request, so its side completes. */
 	rdma_disconnect(c->id);
+}
+
+/* Why a handshake failed once its queue pair was the application's. */
+static const char *owned_why(int err)
+{
+	switch (err) {
+	case ETIMEDOUT:
+		return "the peer did not finish the handshake in time (RIG_CM_HALF_OPEN_MS)";
+	case ECONNABORTED:
+		return "the listener closed before the handshake ended";
+	case ECONNRESET:
+		return "the peer left before the handshake ended";
+	case ENODEV:
+		return "the device went away (rdma_cm DEVICE_REMOVAL)";
+	default:
+		return "the handshake failed after the queue pair was handed out";
+	}
+}
+
+/* The rest of fail() once the application has the queue pair (its early
+ * news was handed out): the queue pair fails as when the peer leaves
+ * (F1, F6) and the loop hands out RIG_NEWS_GONE; the application
+ * destroys it, and the connection with it. The id goes now, as a dropped
+ * handshake's always did: its destroy rejects the handshake, so the peer
+ * hears of it at once. (rdma_reject, then a destroy, would make the
+ * destroy wait in the kernel for the rejection's time-wait: seconds.) */
+static void fail_owned(struct conn *c, int err)
+{
+	handshake_over(c, -err);
+	if (c->listener)
+		c->listener->handshakes--;
+	c->listener = NULL;
+	set_home(c, HOME_NONE, NULL);
+	c->state = CONN_UP;	/* no event comes: its id is gone */
+	lose(c, err, owned_why(err));
+	forget_kept(c->loop, c->id);
+	rdma_destroy_id(c->id);
+	c->id = NULL;
 }
 
 /* One step of @c's handshake, or its end (the table at the top). */
@@ -863,10 +1044,18 @@ static void conn_step(struct conn *c, const struct cm_ev *ev)
 		off_loop(c, CONN_ESTABLISHING, connect_qp, dial_establish);
 		return;
 	case CONN_ACCEPTING:
-		if (ev->type != RDMA_CM_EVENT_ESTABLISHED)
-			break;
-		up(c);
-		return;
+		if (ev->type == RDMA_CM_EVENT_ESTABLISHED) {
+			up(c);
+			return;
+		}
+		/* fall through */
+	case CONN_OWING:
+		/* The peer left a handshake whose queue pair is handed out. */
+		if (c->early && departure(ev->type)) {
+			fail(c, departure_err(ev->type));
+			return;
+		}
+		break;
 	case CONN_UP:
 		if (departure(ev->type))
 			gone(c, ev->type);
@@ -959,6 +1148,7 @@ static void conn_replay(struct rig_loop *loop)
 		step(&k->ev);
 		free(k);
 	}
+	pay_owed(loop);
 }
 
 /* The loop's timer fired: drop what is past its bound. cm_lock held. */

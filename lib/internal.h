@@ -127,8 +127,9 @@ struct rig__consumer {
 /*
  * What events.c hands the connection layer (conn.c). The loop's own
  * thread (rig_loop_handle, rig_nic_events) takes each event of the loop's
- * rdma_cm channel as a step (@event), after the ones a wait kept
- * (@replay), and the loop's timer when it expires (@tick). A thread in
+ * rdma_cm channel as a step (@event), after the ones a wait kept and the
+ * handshake messages owed for news handed out (@replay, run while
+ * cm_owed is set), and the loop's timer when it expires (@tick). A thread in
  * rig_qp_wait only notes what it read (@note): a peer that left fails its
  * queue pair's record, and the event is kept for the loop, since a wait
  * sends the NIC no control request (rig(7) T3). @close ends everything
@@ -194,7 +195,8 @@ struct rig_loop {
 	struct rig__list news;
 	/* conn.c, under cm_lock: its listeners, the handshakes it drives,
 	 * the events a wait read and kept for it; cm_owed (atomic) is set
-	 * while some are kept, and keeps rig_loop_fd readable. */
+	 * while some are kept, or a handshake owes its peer a message for
+	 * news handed out, and keeps rig_loop_fd readable. */
 	struct rig__list listeners, handshakes, cm_kept;
 	bool cm_owed;
 	unsigned dials, dials_queued;	/* under way, waiting their turn */
@@ -416,6 +418,9 @@ int rig__cm_parse_mtu(const void *data, size_t len, struct rig_endpoint *e, uint
 void rig__loop_post(struct rig_loop *loop, struct rig__news *n);
 /* loop.c: withdraws @n if it is queued. */
 void rig__loop_unpost(struct rig_loop *loop, struct rig__news *n);
+/* loop.c: withdraws @n; true if it was still waiting, false if it was
+ * handed out already (or never posted). */
+bool rig__loop_withdraw(struct rig_loop *loop, struct rig__news *n);
 int rig__loop_defer(struct rig_loop *loop, struct rig__job *job);
 /* loop.c: marks @qp closing, its rings' news withdrawn for good. */
 void rig__loop_closing(struct rig__qp *qp);

@@ -148,6 +148,18 @@ void rig__loop_unpost(struct rig_loop *loop, struct rig__news *n)
 	pthread_mutex_unlock(&loop->lock);
 }
 
+bool rig__loop_withdraw(struct rig_loop *loop, struct rig__news *n)
+{
+	bool was;
+
+	pthread_mutex_lock(&loop->lock);
+	was = listed(n);
+	rig__list_del(&n->link);
+	on_done(loop->watcher);
+	pthread_mutex_unlock(&loop->lock);
+	return was;
+}
+
 /*
  * The order the helper takes jobs in: each queue in the order it was
  * filled; a handshake's next step (a queue pair to take to RTS, an
@@ -501,11 +513,13 @@ RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, i
 			n->handed(n);
 	}
 	on_done(loop->watcher);
-	/* News or rdma_cm events left for later: a fresh wakeup brings the
+	/* News or rdma_cm events left for later, or handshake messages
+	 * owed for news just handed out (conn.c): a fresh wakeup brings the
 	 * application's poll back for them (a multishot poll fires on
 	 * wakeups, not on a level), so it may return to its other I/O
 	 * instead of calling again at once. */
-	if (backlog || loop->news.next != &loop->news) {
+	if (backlog || loop->news.next != &loop->news ||
+	    __atomic_load_n(&loop->cm_owed, __ATOMIC_ACQUIRE)) {
 		eventfd_write(loop->ready_efd, 1);
 		loop->ready_signalled = true;
 	}

@@ -26,6 +26,19 @@
  *   bounds run on the loop's clock (a timer in rig_loop_fd());
  * - blocking, for programs without a loop: rig_listen() with rig_accept(),
  *   and rig_dial().
+ * In a loop, each side gets its queue pair before the peer can send to
+ * it: RIG_NEWS_ACCEPTED and RIG_NEWS_DIALED come out as soon as the queue
+ * pair is at RTS, and the handshake's next message (the listener's
+ * answer, the dialer's last one) goes out at the loop's next
+ * rig_uring_handle() or rig_loop_handle() call after the news was handed
+ * out. Receives posted while handling the news are in place before the
+ * peer can send, so the dialer may speak the moment RIG_NEWS_DIALED
+ * comes. A listener that sends on RIG_NEWS_ACCEPTED sends before the
+ * dialer has the answer: the transport resends it until the dialer is
+ * ready, each resend spending one of its retries; let the dialer speak
+ * first. A handshake that fails after its news fails the queue pair, and
+ * RIG_NEWS_GONE says so. rig_accept() and rig_dial() hand out queue pairs
+ * that are up.
  * A handshake the peer leaves half-done is dropped RIG_CM_HALF_OPEN_MS
  * after rig's answer.
  * A listener keeps at most RIG_CM_HANDSHAKES under way and rejects requests
@@ -58,7 +71,8 @@ struct rig_listener;
 /**
  * rig_loop_listen - listen on @addr, @port (as rig_listen()) in @loop:
  * each connection it accepts comes out of the loop as RIG_NEWS_ACCEPTED
- * with @cookie. Close it with rig_listener_close().
+ * with @cookie, before rig answers the request (above). Close it with
+ * rig_listener_close().
  */
 int rig_loop_listen(struct rig_loop *loop, const char *addr, uint16_t port,
 		    uint64_t cookie, struct rig_listener **out);
@@ -67,7 +81,8 @@ int rig_loop_listen(struct rig_loop *loop, const char *addr, uint16_t port,
  * rig_loop_dial - start connecting to @addr, @port from @loop
  *
  * Returns 0 once the dial is under way; its outcome comes out of the loop
- * as RIG_NEWS_DIALED with @cookie: the queue pair (made in @loop), or
+ * as RIG_NEWS_DIALED with @cookie: the queue pair (made in @loop; the last
+ * handshake message goes after the news, see above), or
  * -ETIMEDOUT after @us microseconds, -ECONNREFUSED, -EHOSTUNREACH,
  * -ENETUNREACH, -ENODEV or -EPROTO as for rig_dial(). Returns -errno, and
  * no news comes, when it cannot start.

@@ -106,12 +106,19 @@ struct io_uring_cqe;
 /* What rig_uring_handle() hands out. */
 enum rig_news {
 	RIG_NEWS_RING,		/* poll @qp's ring @side dry */
-	RIG_NEWS_ACCEPTED,	/* a listener of the loop accepted @qp (cm.h) */
+	RIG_NEWS_ACCEPTED,	/* a listener of the loop accepted @qp (cm.h),
+				 * before answering: receives posted now are
+				 * in place before the dialer can send */
 	RIG_NEWS_DIALED,	/* rig_loop_dial() @cookie ended: @qp connected
-				 * and @result 0, or @qp NULL and @result -errno */
+				 * and @result 0 (before the last handshake
+				 * message: the listener is not up yet), or
+				 * @qp NULL and @result -errno */
 	RIG_NEWS_GONE,		/* @qp's connection ended (@result: -ECONNRESET
 				 * when the peer left, -ENODEV when the device
-				 * went); its rings report the failure */
+				 * went; a handshake that failed after its news:
+				 * also -ETIMEDOUT, -ECONNABORTED or the errno
+				 * of its last step); its rings report the
+				 * failure */
 	RIG_NEWS_CLOSED,	/* rig_qp_close(@qp, @cookie) is done: @result 0
 				 * (rig(7) D1 holds from now on), or -errno when
 				 * the NIC refused (D2); @qp is only a name now */
