@@ -2072,7 +2072,7 @@ Test(conn, tick_gap_under_attack, .timeout = 240, .fini = tick_report)
  * must not wait behind those, or their peers drop them after
  * RIG_CM_HALF_OPEN_MS and none comes up. Every dial must connect (no
  * shedding either: one loop keeps few requests at the listener at once),
- * and each connection carries the server's greeting. The time is logged,
+ * and each connection's first message comes back echoed. The time is logged,
  * not asserted: the CI host is busy. Under ASan, whose every queue pair
  * costs the emulated guest three times as much, 150 dials: still many
  * times the RIG_CM_DIALS a loop starts at once, so the queued dials'
@@ -2090,7 +2090,7 @@ Test(conn, storm_of_dials_from_one_loop_all_connect, .timeout = 600)
 	static struct rig_qp *qp[STORM];
 	struct rig_ready ready[64];
 	struct rig_completion c;
-	int i, k, n, ret, dialed = 0, greeted = 0;
+	int i, k, n, ret, dialed = 0, echoed = 0;
 	double t0, t_dialed = 0, t_accepted = 0;
 
 	if (!getenv("RIG_TEST_PEER_DEV"))
@@ -2104,10 +2104,10 @@ Test(conn, storm_of_dials_from_one_loop_all_connect, .timeout = 600)
 		ret = rig_loop_dial(h.loop, server_ip(), port, STORM_DIAL_US, base + (uint64_t)i);
 		cr_assert_eq(ret, 0, "rig_loop_dial %d: %d %s", i, ret, rig_errmsg());
 	}
-	while (greeted < STORM || SRV_COUNT(&s, accepted) < STORM) {
+	while (echoed < STORM || SRV_COUNT(&s, accepted) < STORM) {
 		srv_check(&s);
 		cr_assert_lt(t_now_ms() - t0, STORM_DIAL_US / 1000 + MARGIN_MS,
-			     "%d of %d dials up, %d greeted, %d accepted", dialed, STORM, greeted,
+			     "%d of %d dials up, %d echoed, %d accepted", dialed, STORM, echoed,
 			     SRV_COUNT(&s, accepted));
 		if (!t_accepted && SRV_COUNT(&s, accepted) == STORM)
 			t_accepted = t_now_ms();
@@ -2119,9 +2119,10 @@ Test(conn, storm_of_dials_from_one_loop_all_connect, .timeout = 600)
 				while ((ret = rig_qp_poll(r->qp, r->side, &c)) == 1) {
 					cr_assert_eq(c.error, 0, "%s: %s",
 						     r->side == RIG_SEND ? "send" : "receive", c.why);
-					cr_assert_eq(r->side, RIG_RECEIVE);
+					if (r->side == RIG_SEND)
+						continue;
 					cr_assert_eq(c.bytes, MSG);
-					greeted++;
+					echoed++;
 				}
 				cr_assert_geq(ret, 0, "rig_qp_poll: %d %s", ret, rig_errmsg());
 				continue;
@@ -2136,8 +2137,7 @@ Test(conn, storm_of_dials_from_one_loop_all_connect, .timeout = 600)
 				     i, STORM, dialed, t_now_ms() - t0, r->result, rig_errmsg());
 			cr_assert_not_null(r->qp);
 			qp[i] = r->qp;
-			ret = rig_qp_receive(r->qp, h.rx.r, (size_t)2 * i * MSG, MSG);
-			cr_assert_eq(ret, 0, "rig_qp_receive: %d %s", ret, rig_errmsg());
+			cli_speak(&h, i, r->qp);	/* the client speaks first */
 			if (++dialed == STORM)
 				t_dialed = t_now_ms();
 		}
@@ -2145,10 +2145,10 @@ Test(conn, storm_of_dials_from_one_loop_all_connect, .timeout = 600)
 	if (!t_accepted)
 		t_accepted = t_now_ms();
 	for (i = 0; i < STORM; i++)
-		cr_assert_arr_eq(h.rx.mem + (size_t)2 * i * MSG, GREETING, MSG,
-				 "connection %d: not the server's greeting", i);
+		cr_assert_arr_eq(h.rx.mem + (size_t)(2 * i + 1) * MSG, h.tx.mem + (size_t)i * MSG,
+				 MSG, "connection %d: the echo differs", i);
 	cr_log_info("storm: %d dials at once, all up in %.0f ms, all accepted in %.0f ms, "
-		    "all greeted in %.0f ms", STORM, t_dialed - t0, t_accepted - t0,
+		    "all echoed in %.0f ms", STORM, t_dialed - t0, t_accepted - t0,
 		    t_now_ms() - t0);
 	srv_join(&s);
 	cli_close(&h);
