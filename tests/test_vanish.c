@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <liburing.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -529,6 +530,17 @@ static void side_connect(struct side *s, struct peer *p, bool dial, struct conn 
 			c[got].qp = r.qp;
 		}
 		got++;
+	}
+	/* The peer's rig_accept or rig_dial returns once its handshake ends,
+	 * and this side's last message of each goes at the loop's next turn
+	 * (rig(7)): the loop turns until the peer says it is ready. Nothing
+	 * is posted yet, so no news but a spurious listing may come. */
+	end = t_now_ms() + LONG_MS;
+	while (poll(&(struct pollfd){ .fd = p->from, .events = POLLIN }, 1, 0) == 0) {
+		cr_assert_lt(t_now_ms(), end, "the peer not ready in %d ms", LONG_MS);
+		if (next_news(s, t_now_ms() + 20, &r))
+			cr_assert_eq(r.news, RIG_NEWS_RING, "news %d before the peer was ready",
+				     r.news);
 	}
 	peer_expect(p, 'R');
 }
