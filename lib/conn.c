@@ -525,7 +525,7 @@ static bool app_has_qp(struct conn *c)
 	if (!c->early)
 		return false;
 	c->early = false;
-	if (rig__loop_withdraw(c->loop, &c->up))
+	if (rig__loop_unpost(c->loop, &c->up))
 		return false;
 	c->early = true;
 	return true;

@@ -416,11 +416,9 @@ int rig__cm_parse_mtu(const void *data, size_t len, struct rig_endpoint *e, uint
  * @job on the loop's helper thread (0, or -errno when no thread can take
  * it: run it yourself); rig_nic_open's and rig_nic_close's own loop. */
 void rig__loop_post(struct rig_loop *loop, struct rig__news *n);
-/* loop.c: withdraws @n if it is queued. */
-void rig__loop_unpost(struct rig_loop *loop, struct rig__news *n);
-/* loop.c: withdraws @n; true if it was still waiting, false if it was
- * handed out already (or never posted). */
-bool rig__loop_withdraw(struct rig_loop *loop, struct rig__news *n);
+/* loop.c: withdraws @n if it is queued; true if it was still waiting,
+ * false if it was handed out already (or never posted). */
+bool rig__loop_unpost(struct rig_loop *loop, struct rig__news *n);
 int rig__loop_defer(struct rig_loop *loop, struct rig__job *job);
 /* loop.c: marks @qp closing, its rings' news withdrawn for good. */
 void rig__loop_closing(struct rig__qp *qp);

@@ -140,15 +140,7 @@ void rig__loop_closing(struct rig__qp *qp)
 	__atomic_store_n(&qp->closing, true, __ATOMIC_RELEASE);
 }
 
-void rig__loop_unpost(struct rig_loop *loop, struct rig__news *n)
-{
-	pthread_mutex_lock(&loop->lock);
-	rig__list_del(&n->link);
-	on_done(loop->watcher);
-	pthread_mutex_unlock(&loop->lock);
-}
-
-bool rig__loop_withdraw(struct rig_loop *loop, struct rig__news *n)
+bool rig__loop_unpost(struct rig_loop *loop, struct rig__news *n)
 {
 	bool was;
 
