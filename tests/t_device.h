@@ -5,6 +5,26 @@
 #include <stdint.h>
 #include <rig/rig.h>
 
+/* Which sanitizer the test is built with (gcc's macros, clang's feature
+ * tests): some bounds and memory checks differ under them. */
+#if defined(__SANITIZE_ADDRESS__)
+#define T_ASAN 1
+#elif defined(__SANITIZE_THREAD__)
+#define T_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define T_ASAN 1
+#elif __has_feature(thread_sanitizer)
+#define T_TSAN 1
+#endif
+#endif
+#ifndef T_ASAN
+#define T_ASAN 0
+#endif
+#ifndef T_TSAN
+#define T_TSAN 0
+#endif
+
 /* The device under test ($RIG_TEST_DEV, else the first), and in the
  * two-host topology the other one ($RIG_TEST_PEER_DEV). */
 const char *t_dev(void);

@@ -27,14 +27,7 @@
 
 #include "t_device.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define T_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define T_ASAN 1
-#endif
-#endif
-#ifdef T_ASAN
+#if T_ASAN
 /*
  * AddressSanitizer keeps freed blocks in quarantine (up to 256 MiB, and
  * 1 MiB more per thread), so the block libibverbs allocates and frees

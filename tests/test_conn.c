@@ -45,17 +45,6 @@
 
 #include "t_device.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define T_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define T_ASAN 1
-#endif
-#endif
-#ifndef T_ASAN
-#define T_ASAN 0
-#endif
-
 /*
  * The honest exchange: the client sends a message of its own the moment
  * its dial's news comes, the server echoes it. Each side posts its
