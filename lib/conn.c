@@ -1644,10 +1644,8 @@ RIG_EXPORT __cold int rig_accept(struct rig_listener *l, int64_t us, struct rig_
  * inbox_lock or its lock; another loop's cm_lock only by trylock.
  */
 
-/* How long a request may wait in the inbox of the loop it was handed to
- * before another member takes it back: a loop's turns come this late
- * only when its thread is busy elsewhere. */
-#define RIG_CM_STALL_MS 250
+/* RIG_CM_STALL_MS (cm.h): a loop's turns come that late only when its
+ * thread is busy elsewhere. */
 
 struct shared {
 	struct rig_listener head;	/* the application's handle */

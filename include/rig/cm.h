@@ -67,6 +67,9 @@ struct rig_listener;
 #define RIG_CM_HALF_OPEN_MS 3000
 /* Handshakes a listener keeps under way; it rejects requests beyond. */
 #define RIG_CM_HANDSHAKES 64
+/* rig_loops_listen: how long a request may wait for the member loop it
+ * was handed to before another member takes it. */
+#define RIG_CM_STALL_MS 250
 
 /**
  * rig_loop_listen - listen on @addr, @port (as rig_listen()) in @loop:
