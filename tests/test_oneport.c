@@ -74,6 +74,7 @@ struct sloop {
 	struct rig_loop *loop;
 	pthread_t thread;
 	bool gated;		/* turns only once the gate opens */
+	bool closed_early;	/* the test closed its loop at the gate */
 	int accepted, echoed, gone, closed;	/* atomics */
 	int echoed_after;	/* echoes in passes begun after the close */
 };
@@ -252,6 +253,8 @@ static void *srv_main(void *arg)
 		while (!s->gate_open)
 			pthread_cond_wait(&s->gate_cond, &s->lock);
 		pthread_mutex_unlock(&s->lock);
+		if (lp->closed_early)
+			return NULL;
 	}
 	while (!(pfd[1].revents & POLLIN)) {
 		if (poll(pfd, 2, -1) < 0 || !(pfd[0].revents & POLLIN))
@@ -345,6 +348,8 @@ static void srv_end(struct srv *s)
 		cr_assert_eq(ret, 0, "rig_listener_close: %d %s", ret, rig_errmsg());
 	}
 	for (i = 0; i < LOOPS; i++) {
+		if (s->lp[i].closed_early)
+			continue;
 		ret = rig_loop_close(s->lp[i].loop);
 		cr_assert_eq(ret, 0, "rig_loop_close: %d %s", ret, rig_errmsg());
 	}
@@ -515,18 +520,16 @@ static void cli_turn(struct cli *h, bool late)
 	} while (poll(&pfd, 1, 0) == 1);
 }
 
-/* Clients [@first, @first + @count) dial, WINDOW at a time, and each
- * has @rounds messages echoed; the server's failures end the test. */
+/* Clients [@first, @first + @count) dial, WINDOW at a time (those not
+ * dialing yet), and each has @rounds messages echoed; the server's
+ * failures end the test. */
 static void cli_run(struct cli *h, struct srv *s, int first, int count, int rounds)
 {
 	double end = t_now_ms() + ROUND_MS;
 	int i, going, left;
 
-	for (i = first; i < first + count; i++) {
-		h->c[i].state = C_IDLE;
-		h->c[i].round = 0;
+	for (i = first; i < first + count; i++)
 		h->c[i].rounds = rounds;
-	}
 	for (;;) {
 		cr_assert(!__atomic_load_n(&s->failed, __ATOMIC_ACQUIRE), "the server: %s", s->err);
 		going = left = 0;
@@ -774,6 +777,54 @@ Test(oneport, closing_while_loops_turn_keeps_their_connections)
 	for (i = 0; i < LOOPS; i++)
 		cr_log_info("loop %d: %d connections, %d echoes after the close", i,
 			    s.lp[i].accepted, s.lp[i].echoed_after);
+	srv_end(&s);
+	cli_close(&h);
+}
+
+/*
+ * A member loop that closes leaves the listener, and the others serve
+ * on: loops 1-3 do not turn at first, loop 3 is closed while 16 dials
+ * are under way (requests handed to it go to the others), and all 20
+ * come up on loop 0; then loops 1 and 2 turn, and the next 90 spread
+ * over loops 0-2, none on loop 3.
+ */
+Test(oneport, a_member_loop_that_closes_leaves_the_listener)
+{
+	int before[LOOPS], i, k, got, ret;
+	struct srv s;
+	struct cli h;
+
+	need_two_hosts();
+	srv_start(&s, 18905, true);
+	cli_open(&h, 18905);
+	for (i = 0; i < 16; i++) {
+		h.c[i].rounds = 1;
+		cli_dial(&h, i);
+	}
+	for (k = 0; k < 5; k++)
+		cli_turn(&h, false);
+	/* Its thread waits at the gate and never touches it again. */
+	s.lp[3].closed_early = true;
+	ret = rig_loop_close(s.lp[3].loop);
+	cr_assert_eq(ret, 0, "rig_loop_close of a member: %d %s", ret, rig_errmsg());
+	cli_run(&h, &s, 0, 20, 1);
+	/* Handed to the closed loop or not, no request was refused. */
+	cr_assert_eq(h.refused, 0, "%d dials refused", h.refused);
+	cr_assert_eq(s.lp[0].accepted, 20, "the turning loop accepted %d of 20",
+		     s.lp[0].accepted);
+	cli_leave(&h, 0, 20);
+	srv_wait_closed(&s, 20, t_now_ms() + ROUND_MS);
+	srv_open_gate(&s);
+	for (i = 0; i < LOOPS; i++)
+		before[i] = s.lp[i].accepted;
+	cli_run(&h, &s, 20, 90, 1);
+	cr_assert_eq(s.lp[3].accepted, 0, "the closed loop accepted %d", s.lp[3].accepted);
+	for (i = 0; i < 3; i++) {
+		got = s.lp[i].accepted - before[i];
+		cr_assert(got >= 27 && got <= 33, "loop %d accepted %d of 90, not 27-33", i, got);
+	}
+	cli_leave(&h, 20, 90);
+	srv_wait_closed(&s, 110, t_now_ms() + ROUND_MS);
 	srv_end(&s);
 	cli_close(&h);
 }
