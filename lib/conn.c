@@ -127,9 +127,10 @@ struct rig_listener {
 	struct rig__list half_open, accepted;
 	int rejected;
 	unsigned handshakes;		/* under way, at most RIG_CM_HANDSHAKES */
-	/* rig_loops_listen: the listener's (the application's handle), or
-	 * a member loop's part of it (in that loop's listeners, no id of its
-	 * own); set atomically once rig_listener_close was called. */
+	/* rig_loops_listen: the listener this is (the application's
+	 * handle) or a member loop's part of (in that loop's listeners, no
+	 * id of its own); a part is leaving (atomic) once the listener is
+	 * closed, and its loop drops it on its next pass. */
 	struct shared *group;
 	bool leaving;
 };
