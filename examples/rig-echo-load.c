@@ -4,13 +4,14 @@
  * connections, then each connection ping-pongs MSGS messages of SIZE
  * bytes, and every reply is checked byte for byte against what was sent.
  *
- *	rig-echo-load -d DEV -a ADDR -p PORT [-P PORTS] -c CONNS -s SIZE
+ *	rig-echo-load -d DEV -a ADDR -p PORT -c CONNS -s SIZE
  *		      -n MSGS [-t THREADS] [-i MS] [-w MS] [-g] [-k]
  *
- * Connection i dials port PORT + i % PORTS (rig-echo's thread j listens on
- * PORT + j) and is served by thread i % THREADS, which has a loop of its
- * own (rig_loop_open()) and an io_uring of its own: it starts each dial
- * with rig_loop_dial() and learns its outcome as RIG_NEWS_DIALED. A dial
+ * Every connection dials PORT (rig-echo listens there once, for all its
+ * threads) and connection i is served by thread i % THREADS, which has a
+ * loop of its own (rig_loop_open()) and an io_uring of its own: it starts
+ * each dial with rig_loop_dial() and learns its outcome as
+ * RIG_NEWS_DIALED. A dial
  * the server refused (its listener had as many handshakes under way as it
  * takes) is tried again after a pause that doubles, as TCP tries a
  * dropped SYN again, for 30 s from the first; so is a connection the
@@ -85,7 +86,7 @@ enum { EL_RIG = 1, EL_NEXT, EL_SIGNAL, EL_GO, EL_REDIAL, EL_TICK };
 struct el_opts {
 	const char *dev;
 	const char *addr;
-	unsigned int port, ports;
+	unsigned int port;
 	unsigned int conns;
 	size_t size;
 	unsigned long long msgs;
@@ -295,9 +296,7 @@ static void el_dial(struct el_thread *t, struct el_conn *c)
 	int64_t us = now < c->dial_end ? (int64_t)(c->dial_end - now) / 1000 : 0;
 	int ret;
 
-	ret = rig_loop_dial(t->loop, l->o.addr,
-			    (uint16_t)(l->o.port + c->idx % l->o.ports), us,
-			    c->idx);
+	ret = rig_loop_dial(t->loop, l->o.addr, (uint16_t)l->o.port, us, c->idx);
 	if (ret)
 		el_conn_fail(t, c, "rig_loop_dial: %s (%s)", strerror(-ret),
 			     rig_errmsg());
@@ -346,7 +345,7 @@ static void el_on_dialed(struct el_thread *t, const struct rig_ready *r)
 		/* the loop's thread made the steps: its last message may say
 		 * which one failed */
 		el_conn_fail(t, c, "dial %s port %u: %s (last rig error: %s)",
-			     l->o.addr, l->o.port + c->idx % l->o.ports,
+			     l->o.addr, l->o.port,
 			     strerror(-r->result), rig_errmsg());
 		return;
 	}
@@ -854,12 +853,11 @@ static void el_print_latency(struct el_load *l)
 static void el_usage(const char *argv0)
 {
 	fprintf(stderr,
-		"Usage: %s -d DEV -a ADDR -p PORT [-P PORTS] -c CONNS -s SIZE -n MSGS\n"
+		"Usage: %s -d DEV -a ADDR -p PORT -c CONNS -s SIZE -n MSGS\n"
 		"          [-t THREADS] [-i MS] [-w MS] [-g] [-k]\n"
 		"  -d DEV      RDMA device (default: the first RoCE v2 device)\n"
 		"  -a ADDR     the server's address\n"
-		"  -p PORT     connection i dials PORT + i %% PORTS\n"
-		"  -P PORTS    ports the server listens on (rig-echo -t; default 1)\n"
+		"  -p PORT     the server's port\n"
 		"  -c CONNS    connections (default 1)\n"
 		"  -s SIZE     bytes per message (default 64)\n"
 		"  -n MSGS     round trips per connection (default 1000)\n"
@@ -889,7 +887,7 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 	unsigned long long v;
 	int c;
 
-	while ((c = getopt(argc, argv, "d:a:p:P:c:s:n:t:i:w:gk")) != -1) {
+	while ((c = getopt(argc, argv, "d:a:p:c:s:n:t:i:w:gk")) != -1) {
 		if (c == 'd') {
 			o->dev = optarg;
 			continue;
@@ -913,7 +911,6 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 			return -1;
 		switch (c) {
 		case 'p': o->port = (unsigned int)v; break;
-		case 'P': o->ports = (unsigned int)v; break;
 		case 'c': o->conns = (unsigned int)v; break;
 		case 's': o->size = (size_t)v; break;
 		case 'n': o->msgs = v; break;
@@ -926,8 +923,7 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 			break;
 		}
 	}
-	if (optind != argc || !o->addr || !o->port ||
-	    o->port + o->ports - 1 > 65535)
+	if (optind != argc || !o->addr || !o->port)
 		return -1;
 	return 0;
 }
@@ -951,7 +947,7 @@ static int el_gate(struct el_load *l)
 
 int main(int argc, char *argv[])
 {
-	struct el_opts o = { .ports = 1, .conns = 1, .size = 64, .msgs = 1000,
+	struct el_opts o = { .conns = 1, .size = 64, .msgs = 1000,
 			     .threads = 1, .reply_ms = EL_REPLY_MS };
 	struct el_load *l;
 	unsigned int i;

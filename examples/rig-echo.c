@@ -6,16 +6,16 @@
  *
  *	rig-echo -d DEV -a ADDR -p PORT [-t THREADS] [-s MAXSIZE] [-r RECVS] [-v]
  *
- * Threads and ports. A queue pair is bound to a loop when it is made, and
- * a listener makes the queue pairs it accepts in its own loop (loop.h,
- * cm.h); rdma_cm lets one listener only bind an address and port. So the
- * server shards by port, as a TCP server without SO_REUSEPORT would:
- * thread i has its own loop (rig_loop_open() on the shared NIC), its own
- * io_uring and its own listener on PORT + i, and serves the connections
- * that listener accepts, start to end, with no lock and no hand-over.
- * Clients spread their connections over the ports (rig-echo-load -P).
- * Handing accepted connections to other threads would need a queue pair
- * that changes loops, which the API rightly does not have.
+ * Threads, one port. A queue pair is bound to a loop when it is made
+ * (loop.h). Thread i has its own loop (rig_loop_open() on the shared NIC)
+ * and its own io_uring, and the server listens once, on PORT, with
+ * rig_loops_listen() over all the threads' loops (cm.h): each connection
+ * request goes to the loop with the fewest connections, and the queue
+ * pair is made in that loop. So a thread serves the connections its loop
+ * accepted, start to end, with no lock and no hand-over, and clients need
+ * to know one port only. No thread waits on another: any loop that turns
+ * takes the pending requests, and one handed to a loop whose thread does
+ * not come back to it in time goes to another.
  *
  * Each connection gets a region of its own, RECVS slots of MAXSIZE bytes,
  * mapped with mmap so that it goes back to the kernel when the client
@@ -137,7 +137,6 @@ struct ec_thread {
 	unsigned int idx;
 	pthread_t tid;
 	struct rig_loop *loop;
-	struct rig_listener *listener;
 	struct io_uring ring;
 	bool ring_up;
 	bool stop;
@@ -150,6 +149,7 @@ struct ec_thread {
 struct ec_server {
 	struct ec_opts o;
 	struct rig_nic *nic;
+	struct rig_listener *listener;	/* the threads' loops' one listener */
 	int stop_fd;			/* eventfd: written once, polled by all */
 	int signal_fd;
 	struct signalfd_siginfo siginfo;
@@ -420,8 +420,8 @@ static void ec_accept(struct ec_thread *t, struct rig_qp *qp)
 	t->accepted++;
 	atomic_fetch_add(&s->clients, 1);
 	if (s->o.verbose)
-		ec_log("accepted qp=0x%06x port %u", c->qpn,
-		       s->o.port + t->idx);
+		ec_log("accepted qp=0x%06x port %u thread %u", c->qpn,
+		       s->o.port, t->idx);
 	return;
 
 refuse:
@@ -520,9 +520,9 @@ static void ec_bury(struct ec_thread *t)
 		peer = (struct rig_qp_peer){ .size = sizeof(peer) };
 		if (rig_qp_peer(c->qp, &peer))
 			snprintf(peer.addr, sizeof(peer.addr), "?");
-		ec_log("gone qp=0x%06x peer %s qp=0x%06x port %u after %llu msgs (%llu bytes): "
-		       "%s (%d), failure %d wc %d: %s",
-		       c->qpn, peer.addr, peer.peer_qp, s->o.port + t->idx, c->msgs, c->bytes,
+		ec_log("gone qp=0x%06x peer %s qp=0x%06x port %u thread %u after %llu msgs "
+		       "(%llu bytes): %s (%d), failure %d wc %d: %s",
+		       c->qpn, peer.addr, peer.peer_qp, s->o.port, t->idx, c->msgs, c->bytes,
 		       c->gone ? strerror(-c->gone) : "failed", c->gone ? c->gone
 		       : c->error, err, wc, c->why ? c->why : "none");
 	}
@@ -682,14 +682,6 @@ static int ec_thread_setup(struct ec_thread *t)
 	ret = rig_loop_open(s->nic, &t->loop);
 	if (ret)
 		return ec_fail("rig_loop_open", ret);
-	ret = rig_loop_listen(t->loop, s->o.addr,
-			      (uint16_t)(s->o.port + t->idx), t->idx,
-			      &t->listener);
-	if (ret) {
-		fprintf(stderr, "listen on %s port %u: ", s->o.addr,
-			s->o.port + t->idx);
-		return ec_fail("rig_loop_listen", ret);
-	}
 	ret = rig_uring_watch(&t->ring, t->loop, EC_RIG);
 	if (ret)
 		return ec_fail("rig_uring_watch", ret);
@@ -727,7 +719,10 @@ static int ec_thread_teardown(struct ec_thread *t)
 			ec_free(c);
 			atomic_fetch_sub(&t->s->clients, 1);
 		}
-	if (t->listener && (ret = rig_listener_close(t->listener)))
+	/* The other threads' loops may still turn: the close is theirs to
+	 * finish, each on its next turn; a loop that closes first leaves
+	 * the listener. */
+	if (t->idx == 0 && t->s->listener && (ret = rig_listener_close(t->s->listener)))
 		status = ec_fail("rig_listener_close", ret);
 	if (t->loop && (ret = rig_loop_close(t->loop)))
 		status = ec_fail("rig_loop_close", ret);
@@ -739,6 +734,26 @@ static int ec_thread_teardown(struct ec_thread *t)
 	return status;
 }
 
+/* Once every thread's loop is open: one listener for all of them. */
+static int ec_listen(struct ec_server *s)
+{
+	struct rig_loop *loops[EC_THREADS_MAX];
+	unsigned int i;
+	int ret;
+
+	for (i = 0; i < s->o.threads; i++)
+		loops[i] = s->th[i].loop;
+	ret = rig_loops_listen(loops, (int)s->o.threads, s->o.addr, (uint16_t)s->o.port, 0,
+			       &s->listener);
+	if (ret) {
+		fprintf(stderr, "listen on %s port %u: ", s->o.addr, s->o.port);
+		return ec_fail("rig_loops_listen", ret);
+	}
+	ec_log("listening on %s port %u, %u threads, %u receives of %zu bytes per client",
+	       s->o.addr, s->o.port, s->o.threads, s->o.recvs, s->o.maxsize);
+	return 0;
+}
+
 static void *ec_thread_main(void *arg)
 {
 	struct ec_thread *t = arg;
@@ -746,16 +761,13 @@ static void *ec_thread_main(void *arg)
 
 	if (ec_thread_setup(t))
 		atomic_store(&s->setup_failed, true);
-	/* all listen, or none serves */
+	/* every loop open and watched, or none serves */
 	pthread_barrier_wait(&s->ready);
 	if (!atomic_load(&s->setup_failed)) {
 		if (t->idx == 0)
-			ec_log("listening on %s ports %u-%u, %u threads, "
-			       "%u receives of %zu bytes per client",
-			       s->o.addr, s->o.port,
-			       s->o.port + s->o.threads - 1, s->o.threads,
-			       s->o.recvs, s->o.maxsize);
-		t->status = ec_loop(t);
+			t->status = ec_listen(s);
+		if (!t->status)
+			t->status = ec_loop(t);
 		if (t->status)
 			ec_stop_all(s);
 	} else {
@@ -831,8 +843,8 @@ static void ec_usage(const char *argv0)
 		"Usage: %s -d DEV -a ADDR -p PORT [-t THREADS] [-s MAXSIZE] [-r RECVS] [-v]\n"
 		"  -d DEV      RDMA device (default: the first RoCE v2 device)\n"
 		"  -a ADDR     the device's IP address to listen on\n"
-		"  -p PORT     thread i listens on PORT + i\n"
-		"  -t THREADS  threads, each with its loop and listener (default 1)\n"
+		"  -p PORT     the port to listen on, for every thread\n"
+		"  -t THREADS  threads, each with its loop (default 1)\n"
 		"  -s MAXSIZE  the longest message taken (default 4096)\n"
 		"  -r RECVS    receives kept posted per client (default 16)\n"
 		"  -v          print each client accepted, and stats every second\n"
@@ -891,8 +903,7 @@ static int ec_parse_opts(int argc, char *argv[], struct ec_opts *o)
 			return -1;
 		}
 	}
-	if (optind != argc || !o->addr || !o->port ||
-	    o->port + o->threads - 1 > 65535)
+	if (optind != argc || !o->addr || !o->port)
 		return -1;
 	return 0;
 }

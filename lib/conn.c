@@ -59,6 +59,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 #include <rdma/rdma_cma.h>
 
 #include "internal.h"
@@ -109,6 +111,8 @@ static const char *const state_names[] = {
 enum conn_home { HOME_NONE, HOME_HANDSHAKE, HOME_HALF_OPEN, HOME_ACCEPTED,
 		 HOME_NEWS };
 
+struct shared;
+
 struct rig_listener {
 	enum cm_kind kind;
 	struct rig_loop *loop;
@@ -123,6 +127,12 @@ struct rig_listener {
 	struct rig__list half_open, accepted;
 	int rejected;
 	unsigned handshakes;		/* under way, at most RIG_CM_HANDSHAKES */
+	/* rig_loops_listen: the listener this is (the application's
+	 * handle) or a member loop's part of (in that loop's listeners, no
+	 * id of its own); a part is leaving (atomic) once the listener is
+	 * closed, and its loop drops it on its next pass. */
+	struct shared *group;
+	bool leaving;
 };
 
 struct conn {
@@ -133,6 +143,7 @@ struct conn {
 	bool accepting;
 	bool blocking;			/* rig_dial's or rig_listen's */
 	bool dialing;			/* counted in loop->dials */
+	bool counted;			/* in loop->cm_held */
 	struct sockaddr_storage dst;	/* a dial's, for its start */
 	enum conn_state state;
 	enum conn_home home;
@@ -182,6 +193,7 @@ struct kept {
 
 static const struct rig__cm_consumer consumer;
 static void dials_next(struct rig_loop *loop);
+static void shared_unreserve(struct shared *g);
 
 /* The name a failure's message gives the call that drove it. */
 static const char *step_name(const struct conn *c)
@@ -464,26 +476,42 @@ static void handshake_over(struct conn *c, int result)
 	c->started = 0;
 }
 
+/* @c's handshake no longer counts among its listener's under way. */
+static void listener_leave(struct conn *c)
+{
+	if (c->listener) {
+		c->listener->handshakes--;
+		if (c->listener->group)
+			shared_unreserve(c->listener->group);
+	}
+	c->listener = NULL;
+}
+
+static void conn_free(struct conn *c)
+{
+	if (c->counted)
+		__atomic_sub_fetch(&c->loop->cm_held, 1, __ATOMIC_RELAXED);
+	free(c);
+}
+
 /* The one way a connection goes: off whatever list holds it, its news
  * withdrawn, its queue pair and id destroyed, its memory freed. */
 static void conn_end(struct conn *c)
 {
 	handshake_over(c, -ECONNABORTED);	/* a handshake its loop dropped */
 	/* The application destroyed a queue pair handed out early. */
-	if (c->listener)
-		c->listener->handshakes--;
-	c->listener = NULL;
+	listener_leave(c);
 	conn_strip(c);
 	rig__loop_unpost(c->loop, &c->up);
 	rig__loop_unpost(c->loop, &c->gone);
-	free(c);
+	conn_free(c);
 }
 
 /* A failed dial's news was handed out (loop->lock held): conn_strip
  * left nothing else of it. */
 static void free_when_handed(struct rig__news *n)
 {
-	free(container_of(n, struct conn, up));
+	conn_free(container_of(n, struct conn, up));
 }
 
 /* A loop's dial leaves the count it was in: it is up or failed, or was
@@ -541,9 +569,7 @@ static void fail(struct conn *c, int err)
 		return;
 	}
 	handshake_over(c, -err);
-	if (c->listener)
-		c->listener->handshakes--;
-	c->listener = NULL;
+	listener_leave(c);
 	c->state = CONN_DONE;
 	c->result = -err;
 	set_home(c, HOME_NONE, NULL);
@@ -618,6 +644,10 @@ static struct conn *conn_new(struct rig_loop *loop, bool blocking, uint64_t cook
 	c->loop = loop;
 	c->blocking = blocking;
 	c->cookie = cookie;
+	/* A loop's connections count for rig_loops_listen's choice. */
+	c->counted = !blocking;
+	if (c->counted)
+		__atomic_add_fetch(&loop->cm_held, 1, __ATOMIC_RELAXED);
 	c->started = rig__now_ns();
 	c->home = HOME_NONE;
 	c->qp_owner.release = release;
@@ -636,9 +666,7 @@ static void up(struct conn *c)
 
 	dial_over(c);
 	handshake_over(c, 0);
-	if (l)
-		l->handshakes--;
-	c->listener = NULL;
+	listener_leave(c);
 	c->state = CONN_UP;
 	c->established = true;
 	c->result = 0;
@@ -921,6 +949,11 @@ static void accept_request(struct rig_listener *l, const struct cm_ev *ev)
 	c = ret ? NULL : conn_new(loop, l->blocking, l->cookie);
 	if (!c) {
 		l->rejected = ret ? ret : -ENOMEM;
+		if (l->group) {
+			/* Another loop read it: its id is in this one's channel. */
+			shared_unreserve(l->group);
+			forget_kept(loop, ev->id);
+		}
 		rdma_reject(ev->id, NULL, 0);
 		rdma_destroy_id(ev->id);
 		return;
@@ -994,9 +1027,7 @@ static const char *owned_why(int err)
 static void fail_owned(struct conn *c, int err)
 {
 	handshake_over(c, -err);
-	if (c->listener)
-		c->listener->handshakes--;
-	c->listener = NULL;
+	listener_leave(c);
 	set_home(c, HOME_NONE, NULL);
 	c->state = CONN_UP;	/* no event comes: its id is gone */
 	lose(c, err, owned_why(err));
@@ -1185,8 +1216,10 @@ static void conn_close(struct rig_loop *loop)
 	forget_kept(loop, NULL);
 }
 
+static bool conn_turn(struct rig_loop *loop, int64_t end);
+
 static const struct rig__cm_consumer consumer = {
-	conn_event, conn_note, conn_replay, conn_tick, conn_close
+	conn_event, conn_note, conn_replay, conn_tick, conn_close, conn_turn
 };
 
 /* ------------------------------------------------------- loop-driven API */
@@ -1287,10 +1320,17 @@ RIG_EXPORT __cold int rig_loop_dial(struct rig_loop *loop, const char *addr, uin
 /* Closes @l with its handshakes under way and the connections rig_accept
  * never took. cm_lock held. Once its id is destroyed, the kernel has
  * dropped the requests still queued for it. */
+static void part_drop(struct rig_listener *p);
+
 static void listener_close(struct rig_listener *l)
 {
 	struct rig_loop *loop = l->loop;
 	struct rig__list *e, *next;
+
+	if (l->group) {
+		part_drop(l);	/* a loop that closes leaves the listener */
+		return;
+	}
 
 	for (e = loop->handshakes.next; e != &loop->handshakes; e = next) {
 		struct conn *c = container_of(e, struct conn, link);
@@ -1397,12 +1437,16 @@ RIG_EXPORT int rig_listener_fd(const struct rig_listener *l)
 	return l ? l->ch->fd : rig__fail(EINVAL, "rig_listener_fd: NULL listener");
 }
 
+static int shared_close(struct shared *g);
+
 RIG_EXPORT __cold int rig_listener_close(struct rig_listener *l)
 {
 	struct rig_loop *loop;
 
 	if (!l)
 		return rig__fail(EINVAL, "rig_listener_close: NULL listener");
+	if (l->group)
+		return shared_close(l->group);
 	loop = l->loop;
 	pthread_mutex_lock(&loop->cm_lock);
 	listener_close(l);
@@ -1573,4 +1617,538 @@ RIG_EXPORT __cold int rig_accept(struct rig_listener *l, int64_t us, struct rig_
 		if (ret)
 			return ret;
 	}
+}
+
+/* ----------------------------------------- one listener, many loops */
+
+/*
+ * rig_loops_listen: one rdma_cm id listens, on a channel of its own whose
+ * fd sits in the fd set of every member loop, with a timer's. Whichever
+ * member turns first reads a request (shared_read), acks it, picks the
+ * member to serve it (hand), moves the request's id to that loop's
+ * channel and puts the request in that loop's inbox; the member takes it
+ * on its own next pass (take_inbox) and from there on it is a request
+ * like rig_loop_listen's: the queue pair is made in that loop, and its
+ * news and events are that loop's only. No loop waits for another: a
+ * request never needs the thread of any loop but the one it was handed
+ * to, and one left there RIG_CM_STALL_MS is taken back by any member
+ * that turns (steal) and handed again, and that loop is passed over
+ * until it makes a pass of its own. Every member wakes for a request and
+ * the first to read it wins: EPOLLEXCLUSIVE would wake one, which may be
+ * a loop whose thread is busy elsewhere while the others sleep.
+ *
+ * Why not pick by a loop's last pass alone: a loop whose thread sleeps
+ * because it has nothing to do has not turned for as long as one whose
+ * thread is stuck; a request not taken in time tells them apart.
+ *
+ * Locks: a member's cm_lock, then the listener's lock, then a loop's
+ * inbox_lock or its lock; another loop's cm_lock only by trylock.
+ */
+
+/* RIG_CM_STALL_MS (cm.h): a loop's turns come that late only when its
+ * thread is busy elsewhere. */
+
+struct shared {
+	struct rig_listener head;	/* the application's handle */
+	pthread_mutex_t lock;		/* all below but handshakes */
+	struct rig_listener **parts;	/* each member loop's part */
+	int n;
+	int rr;				/* the part picked last */
+	int refs;			/* the handle's and each part's */
+	bool closed;			/* rig_listener_close was called */
+	int timer_fd;			/* in every member's fd set */
+	int64_t timer_at;		/* its deadline, 0 when disarmed */
+	unsigned handshakes;		/* atomic: under way in all members */
+};
+
+/* A request handed from the loop that read it to the one that serves it. */
+struct handoff {
+	struct rig__list link;		/* in the serving loop's cm_inbox */
+	struct rig_listener *part;	/* that loop's part */
+	struct cm_ev ev;
+	int64_t at;			/* when it was handed */
+};
+
+static void shared_unreserve(struct shared *g)
+{
+	__atomic_sub_fetch(&g->handshakes, 1, __ATOMIC_RELAXED);
+}
+
+/* A loop passed over: a request waited in its inbox too long, and it has
+ * made no pass since. */
+static bool stalled(struct rig_loop *loop)
+{
+	return __atomic_load_n(&loop->cm_turns, __ATOMIC_ACQUIRE) ==
+	       __atomic_load_n(&loop->cm_stalled, __ATOMIC_ACQUIRE);
+}
+
+/* Refuses a request nobody serves; events of its id kept by @kept_in
+ * (its channel's loop, cm_lock held) go first. */
+static void handoff_reject(struct shared *g, struct handoff *h, struct rig_loop *kept_in)
+{
+	if (kept_in)
+		forget_kept(kept_in, h->ev.id);
+	rdma_reject(h->ev.id, NULL, 0);
+	rdma_destroy_id(h->ev.id);
+	shared_unreserve(g);
+	free(h);
+}
+
+/* @loop's next pass takes what was handed to it, or drops its part. */
+static void wake(struct rig_loop *loop)
+{
+	__atomic_store_n(&loop->cm_owed, true, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&loop->lock);
+	loop->watcher->done(loop->watcher);
+	pthread_mutex_unlock(&loop->lock);
+}
+
+/* The listener's timer, for @at (CLOCK_MONOTONIC ns). g->lock held. */
+static void shared_arm(struct shared *g, int64_t at)
+{
+	struct itimerspec its = { 0 };
+
+	g->timer_at = at;
+	its.it_value.tv_sec = at / 1000000000;
+	its.it_value.tv_nsec = at % 1000000000;
+	timerfd_settime(g->timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+/*
+ * Hands @h to the member loop with the fewest connections, the next in
+ * turn among equals, passing over loops found stalled while another may
+ * be picked, and parts leaving; refuses it when none is left or the
+ * listener closed. The count rises at once, so that the next pick, on
+ * any thread, sees it. g->lock held.
+ */
+static void hand(struct shared *g, struct handoff *h)
+{
+	struct rig_listener *best = NULL, *p;
+	unsigned held, best_held = 0;
+	int pass, k, i, bi = 0;
+
+	for (pass = 0; pass < 2 && !best && !g->closed; pass++)
+		for (k = 1; k <= g->n; k++) {
+			i = (g->rr + k) % g->n;
+			p = g->parts[i];
+			if (__atomic_load_n(&p->leaving, __ATOMIC_ACQUIRE) ||
+			    (!pass && stalled(p->loop)))
+				continue;
+			held = __atomic_load_n(&p->loop->cm_held, __ATOMIC_RELAXED);
+			if (!best || held < best_held) {
+				best = p;
+				best_held = held;
+				bi = i;
+			}
+		}
+	if (!best) {
+		rig__fail(ECONNREFUSED, "rig_loops_listen: no member loop left to serve a request");
+		handoff_reject(g, h, NULL);
+		return;
+	}
+	/* rdma_migrate_id waits for the acks of the id's events: every
+	 * one read was acked as it was read. */
+	if (h->ev.id->channel != best->loop->cm && rdma_migrate_id(h->ev.id, best->loop->cm)) {
+		rig__fail(errno, "rig_loops_listen: rdma_migrate_id: %s", strerror(errno));
+		handoff_reject(g, h, NULL);
+		return;
+	}
+	g->rr = bi;
+	h->part = best;
+	h->at = rig__now_ns();
+	__atomic_add_fetch(&best->loop->cm_held, 1, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&best->loop->inbox_lock);
+	rig__list_add(best->loop->cm_inbox.prev, &h->link);
+	pthread_mutex_unlock(&best->loop->inbox_lock);
+	if (!g->timer_at)
+		shared_arm(g, h->at + RIG_CM_STALL_MS * 1000000ll);
+	wake(best->loop);
+}
+
+/*
+ * The listener's timer fired: requests that waited RIG_CM_STALL_MS in the
+ * inbox of a member whose thread does not turn are taken back and handed
+ * again, and that member is passed over until its next pass. A member
+ * whose cm_lock is held is turning (or its helper is at work): its
+ * requests are looked at again later. @self's cm_lock held.
+ */
+static void steal(struct shared *g, struct rig_loop *self)
+{
+	int64_t now = rig__now_ns(), stale = RIG_CM_STALL_MS * 1000000ll, next = 0;
+	struct rig__list got, *e, *after;
+	struct rig_loop *loop;
+	struct handoff *h;
+	int i;
+
+	rig__list_init(&got);
+	pthread_mutex_lock(&g->lock);
+	g->timer_at = 0;
+	for (i = 0; i < g->n; i++) {
+		loop = g->parts[i]->loop;
+		if (loop == self)
+			continue;	/* its pass takes its inbox next */
+		if (pthread_mutex_trylock(&loop->cm_lock)) {
+			if (!next || now + stale < next)
+				next = now + stale;
+			continue;
+		}
+		pthread_mutex_lock(&loop->inbox_lock);
+		for (e = loop->cm_inbox.next; e != &loop->cm_inbox; e = after) {
+			after = e->next;
+			h = container_of(e, struct handoff, link);
+			if (h->part->group != g)
+				continue;
+			if (h->at + stale > now) {
+				if (!next || h->at + stale < next)
+					next = h->at + stale;
+				continue;
+			}
+			rig__list_del(e);
+			rig__list_add(got.prev, e);
+			forget_kept(loop, h->ev.id);
+			__atomic_sub_fetch(&loop->cm_held, 1, __ATOMIC_RELAXED);
+			__atomic_store_n(&loop->cm_stalled,
+					 __atomic_load_n(&loop->cm_turns, __ATOMIC_ACQUIRE),
+					 __ATOMIC_RELEASE);
+		}
+		pthread_mutex_unlock(&loop->inbox_lock);
+		pthread_mutex_unlock(&loop->cm_lock);
+	}
+	while (got.next != &got) {
+		h = container_of(got.next, struct handoff, link);
+		rig__list_del(&h->link);
+		hand(g, h);
+	}
+	if (next && (!g->timer_at || next < g->timer_at))
+		shared_arm(g, next);
+	pthread_mutex_unlock(&g->lock);
+}
+
+/* Reads @p's listener's requests and hands each to a member, within the
+ * pass's budget; true if some may remain. @p's loop's cm_lock held. */
+static bool shared_read(struct rig_listener *p, int64_t end)
+{
+	struct shared *g = p->group;
+	struct rdma_cm_event *raw;
+	struct handoff *h;
+	uint64_t expired;
+	struct cm_ev ev;
+
+	if (read(g->timer_fd, &expired, sizeof(expired)) == sizeof(expired))
+		steal(g, p->loop);
+	for (;;) {
+		if (rig__now_ns() >= end)
+			return true;
+		if (rdma_get_cm_event(g->head.ch, &raw))
+			return false;
+		/* The listener's id may go (rig_listener_close) once this
+		 * is acked: nothing of it is read after. */
+		take_event(raw, &ev);
+		if (ev.type != RDMA_CM_EVENT_CONNECT_REQUEST)
+			continue;	/* the listener's own */
+		h = malloc(sizeof(*h));
+		/* Shed load over all members, as one listener does. */
+		if (!h || __atomic_add_fetch(&g->handshakes, 1, __ATOMIC_RELAXED) >
+			  RIG_CM_HANDSHAKES) {
+			if (h)
+				shared_unreserve(g);
+			rig__fail(h ? EAGAIN : ENOMEM, "rig_loops_listen: %s",
+				  h ? "RIG_CM_HANDSHAKES under way already" : "out of memory");
+			rdma_reject(ev.id, NULL, 0);
+			rdma_destroy_id(ev.id);
+			free(h);
+			continue;
+		}
+		h->ev = ev;
+		/* No connection yet: an event of the id before the serving
+		 * loop makes one is dropped (step), and the handshake ends
+		 * as that event would end it, or at its bound. */
+		ev.id->context = NULL;
+		pthread_mutex_lock(&g->lock);
+		hand(g, h);
+		pthread_mutex_unlock(&g->lock);
+	}
+}
+
+/* Takes what other loops (or this one) handed @loop: each request is
+ * accepted here as rig_loop_listen's loop accepts. cm_lock held. */
+static void take_inbox(struct rig_loop *loop)
+{
+	struct rig__list got;
+	struct handoff *h;
+
+	rig__list_init(&got);
+	pthread_mutex_lock(&loop->inbox_lock);
+	while (loop->cm_inbox.next != &loop->cm_inbox) {
+		struct rig__list *e = loop->cm_inbox.next;
+
+		rig__list_del(e);
+		rig__list_add(got.prev, e);
+	}
+	pthread_mutex_unlock(&loop->inbox_lock);
+	while (got.next != &got) {
+		h = container_of(got.next, struct handoff, link);
+		rig__list_del(&h->link);
+		/* The connection, if made, counts from here on. */
+		__atomic_sub_fetch(&loop->cm_held, 1, __ATOMIC_RELAXED);
+		if (__atomic_load_n(&h->part->leaving, __ATOMIC_ACQUIRE)) {
+			handoff_reject(h->part->group, h, loop);
+			continue;
+		}
+		accept_request(h->part, &h->ev);
+		free(h);
+	}
+}
+
+/*
+ * Takes @p out of its listener, in @p's loop (cm_lock held): on that
+ * loop's pass after rig_listener_close, or as the loop closes. What was
+ * handed to the loop goes to the other members (refused once the
+ * listener closed), its handshakes under way from the listener are
+ * dropped as a closing listener drops them, and the last part out
+ * closes the id; the listener's memory goes with its last reference.
+ */
+static void shared_free(struct shared *g);
+
+static void part_drop(struct rig_listener *p)
+{
+	struct shared *g = p->group;
+	struct rig_loop *loop = p->loop;
+	struct rdma_cm_id *id = NULL;
+	struct rig__list got, *e, *after;
+	struct handoff *h;
+	bool last;
+	int i;
+
+	rig__list_init(&got);
+	pthread_mutex_lock(&g->lock);
+	for (i = 0; i < g->n; i++)
+		if (g->parts[i] == p) {
+			g->parts[i] = g->parts[--g->n];
+			break;
+		}
+	if (g->rr >= g->n)
+		g->rr = 0;
+	rig__events_unwatch_fd(loop, g->head.ch->fd);
+	rig__events_unwatch_fd(loop, g->timer_fd);
+	pthread_mutex_lock(&loop->inbox_lock);
+	for (e = loop->cm_inbox.next; e != &loop->cm_inbox; e = after) {
+		after = e->next;
+		if (container_of(e, struct handoff, link)->part != p)
+			continue;
+		rig__list_del(e);
+		rig__list_add(got.prev, e);
+	}
+	pthread_mutex_unlock(&loop->inbox_lock);
+	while (got.next != &got) {
+		h = container_of(got.next, struct handoff, link);
+		rig__list_del(&h->link);
+		__atomic_sub_fetch(&loop->cm_held, 1, __ATOMIC_RELAXED);
+		forget_kept(loop, h->ev.id);
+		hand(g, h);
+	}
+	if (!g->n) {
+		id = g->head.id;	/* nobody serves it any more */
+		g->head.id = NULL;
+	}
+	last = --g->refs == 0;
+	pthread_mutex_unlock(&g->lock);
+	if (id)
+		rdma_destroy_id(id);
+	for (e = loop->handshakes.next; e != &loop->handshakes; e = after) {
+		struct conn *c = container_of(e, struct conn, link);
+
+		after = e->next;
+		if (c->listener == p)
+			fail(c, ECONNABORTED);	/* the helper drops it if busy */
+	}
+	rig__list_del(&p->link);
+	free(p);
+	if (last)
+		shared_free(g);
+}
+
+/* Each pass of @loop (cm_lock held): its shared listeners' requests, and
+ * what was handed to it. */
+static bool conn_turn(struct rig_loop *loop, int64_t end)
+{
+	struct rig__list *l, *next;
+	bool more = false;
+
+	__atomic_add_fetch(&loop->cm_turns, 1, __ATOMIC_RELEASE);
+	for (l = loop->listeners.next; l != &loop->listeners; l = next) {
+		struct rig_listener *p = container_of(l, struct rig_listener, link);
+
+		next = l->next;
+		if (!p->group)
+			continue;
+		if (__atomic_load_n(&p->leaving, __ATOMIC_ACQUIRE))
+			part_drop(p);
+		else if (shared_read(p, end))
+			more = true;
+	}
+	take_inbox(loop);
+	return more;
+}
+
+static void shared_free(struct shared *g)
+{
+	if (g->head.id)
+		rdma_destroy_id(g->head.id);
+	if (g->head.ch)
+		rdma_destroy_event_channel(g->head.ch);
+	if (g->timer_fd >= 0)
+		close(g->timer_fd);
+	pthread_mutex_destroy(&g->lock);
+	free(g->parts);
+	free(g);
+}
+
+/* rig_listener_close of a shared listener: it stops listening now; each
+ * member drops its part on its own next pass (woken for it). */
+static int shared_close(struct shared *g)
+{
+	struct rdma_cm_id *id;
+	bool last;
+	int i;
+
+	pthread_mutex_lock(&g->lock);
+	g->closed = true;
+	id = g->head.id;
+	g->head.id = NULL;
+	for (i = 0; i < g->n; i++) {
+		__atomic_store_n(&g->parts[i]->leaving, true, __ATOMIC_RELEASE);
+		wake(g->parts[i]->loop);
+	}
+	last = --g->refs == 0;
+	pthread_mutex_unlock(&g->lock);
+	/* Waits only for the acks of requests a member has read, which it
+	 * acks as it reads them. */
+	if (id)
+		rdma_destroy_id(id);
+	if (last)
+		shared_free(g);
+	return 0;
+}
+
+/* Makes @loop a member of @g: its part, the listener's fds in its set. */
+static int part_join(struct shared *g, struct rig_loop *loop)
+{
+	struct rig_listener *p = calloc(1, sizeof(*p));
+	int ret;
+
+	if (!p)
+		return rig__fail(ENOMEM, "rig_loops_listen: out of memory");
+	p->kind = CM_LISTENER;
+	p->loop = loop;
+	p->group = g;
+	p->ch = g->head.ch;
+	p->cookie = g->head.cookie;
+	rig__list_init(&p->half_open);
+	rig__list_init(&p->accepted);
+	pthread_mutex_lock(&loop->cm_lock);
+	ret = rig__events_cm_channel(loop, &consumer);
+	if (!ret)
+		ret = rig__events_watch_cm_fd(loop, g->head.ch->fd);
+	if (!ret) {
+		ret = rig__events_watch_cm_fd(loop, g->timer_fd);
+		if (ret)
+			rig__events_unwatch_fd(loop, g->head.ch->fd);
+	}
+	if (!ret) {
+		rig__list_add(&loop->listeners, &p->link);
+		pthread_mutex_lock(&g->lock);
+		g->parts[g->n++] = p;
+		pthread_mutex_unlock(&g->lock);
+	}
+	pthread_mutex_unlock(&loop->cm_lock);
+	if (ret)
+		free(p);
+	return ret;
+}
+
+/* Undoes part_join before the id listens: no request came. */
+static void part_unjoin(struct shared *g, struct rig_listener *p)
+{
+	struct rig_loop *loop = p->loop;
+
+	pthread_mutex_lock(&loop->cm_lock);
+	rig__events_unwatch_fd(loop, g->head.ch->fd);
+	rig__events_unwatch_fd(loop, g->timer_fd);
+	rig__list_del(&p->link);
+	pthread_mutex_unlock(&loop->cm_lock);
+	free(p);
+}
+
+RIG_EXPORT __cold int rig_loops_listen(struct rig_loop *const *loops, int n, const char *addr,
+				       uint16_t port, uint64_t cookie, struct rig_listener **out)
+{
+	struct sockaddr_storage ss;
+	struct shared *g;
+	int i, j, ret;
+
+	if (!loops || !out || n < 1)
+		return rig__fail(EINVAL, "rig_loops_listen: %s", n < 1 ? "no loop" : "NULL argument");
+	for (i = 0; i < n; i++) {
+		if (!loops[i])
+			return rig__fail(EINVAL, "rig_loops_listen: loop %d is NULL", i);
+		if (loops[i]->nic != loops[0]->nic)
+			return rig__fail(EINVAL, "rig_loops_listen: loop %d is of %s, loop 0 of %s",
+					 i, loops[i]->nic->name, loops[0]->nic->name);
+		for (j = 0; j < i; j++)
+			if (loops[j] == loops[i])
+				return rig__fail(EINVAL, "rig_loops_listen: loops %d and %d are one",
+						 j, i);
+	}
+	ret = to_sockaddr(addr, port, &ss);
+	if (ret)
+		return ret;
+	g = calloc(1, sizeof(*g));
+	if (!g || !(g->parts = calloc((size_t)n, sizeof(*g->parts)))) {
+		free(g);
+		return rig__fail(ENOMEM, "rig_loops_listen: out of memory");
+	}
+	g->head.kind = CM_LISTENER;
+	g->head.cookie = cookie;
+	g->head.group = g;
+	rig__list_init(&g->head.link);
+	rig__list_init(&g->head.half_open);
+	rig__list_init(&g->head.accepted);
+	pthread_mutex_init(&g->lock, NULL);
+	g->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (g->timer_fd < 0) {
+		ret = rig__fail(errno, "rig_loops_listen: timerfd_create: %s", strerror(errno));
+		goto out;
+	}
+	ret = rig__events_new_cm_channel(&g->head.ch);
+	if (ret)
+		goto out;
+	if (rdma_create_id(g->head.ch, &g->head.id, &g->head, RDMA_PS_TCP)) {
+		ret = rig__fail(errno, "rig_loops_listen: rdma_create_id: %s", strerror(errno));
+		goto out;
+	}
+	if (rdma_bind_addr(g->head.id, (struct sockaddr *)&ss)) {
+		ret = rig__fail(errno, "rig_loops_listen: rdma_bind_addr(%s:%u): %s", addr, port,
+				strerror(errno));
+		goto out;
+	}
+	ret = same_device(loops[0]->nic, g->head.id, "rig_loops_listen");
+	/* Every member watches the channel before the id listens: a request
+	 * never waits for a loop that is not there yet. */
+	for (i = 0; !ret && i < n; i++)
+		ret = part_join(g, loops[i]);
+	if (!ret && rdma_listen(g->head.id, RIG_CM_BACKLOG))
+		ret = rig__fail(errno, "rig_loops_listen: rdma_listen(%s:%u): %s", addr, port,
+				strerror(errno));
+	if (ret) {
+		while (g->n)
+			part_unjoin(g, g->parts[--g->n]);
+		goto out;
+	}
+	g->refs = 1 + n;
+	*out = &g->head;
+	return 0;
+out:
+	shared_free(g);
+	return ret;
 }

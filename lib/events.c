@@ -101,6 +101,16 @@ void rig__events_close(struct rig_loop *loop)
 		ibv_destroy_comp_channel(loop->channel);
 }
 
+int rig__events_watch_cm_fd(struct rig_loop *loop, int fd)
+{
+	return epoll_add(loop, fd, RIG__SOURCE_CM);
+}
+
+void rig__events_unwatch_fd(struct rig_loop *loop, int fd)
+{
+	epoll_ctl(loop->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
 int rig__events_new_cm_channel(struct rdma_event_channel **out)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
@@ -148,12 +158,14 @@ int rig__events_cm_channel(struct rig_loop *loop,
  */
 unsigned rig__events_ready(struct rig_loop *loop)
 {
-	struct epoll_event ev[5];
+	struct epoll_event ev[8];
 	unsigned mask = 0;
 	int i, n;
 
-	n = epoll_wait(loop->epfd, ev, 5, 0);
-	if (n < 0)	/* read everything, as if all were ready */
+	/* Five fds of its own, and two per listener it shares with other
+	 * loops: a full array may have left some out. */
+	n = epoll_wait(loop->epfd, ev, 8, 0);
+	if (n < 0 || n == 8)	/* read everything, as if all were ready */
 		return RIG__SOURCE_CHANNEL | RIG__SOURCE_ASYNC | RIG__SOURCE_CM;
 	for (i = 0; i < n; i++)
 		mask |= ev[i].data.u32;
@@ -267,10 +279,10 @@ bool rig__events_take_cm(struct rig_loop *loop)
 
 	pthread_mutex_lock(&loop->cm_lock);
 	/* What waits read and kept comes first: it is older. */
-	if (loop->cm_consumer && __atomic_load_n(&loop->cm_owed, __ATOMIC_ACQUIRE)) {
-		__atomic_store_n(&loop->cm_owed, false, __ATOMIC_RELEASE);
+	/* One exchange: another thread (rig_loops_listen's) may set it for
+	 * work it handed this loop between a load and a store. */
+	if (loop->cm_consumer && __atomic_exchange_n(&loop->cm_owed, false, __ATOMIC_ACQ_REL))
 		loop->cm_consumer->replay(loop);
-	}
 	/* The consumer acks each event. */
 	while (ch && !rdma_get_cm_event(ch, &ev)) {
 		loop->cm_consumer->event(loop, ev);
@@ -279,6 +291,8 @@ bool rig__events_take_cm(struct rig_loop *loop)
 			break;
 		}
 	}
+	if (loop->cm_consumer && loop->cm_consumer->turn(loop, end))
+		more = true;
 	/* Deadlines once the channel is read dry: a handshake whose
 	 * ESTABLISHED waits behind a burst of requests is not late. But a
 	 * channel that never runs dry (a flood) must not starve them: after

@@ -142,6 +142,11 @@ struct rig__cm_consumer {
 	void (*replay)(struct rig_loop *loop);
 	void (*tick)(struct rig_loop *loop);
 	void (*close)(struct rig_loop *loop);
+	/* Each pass, after the loop's own channel: the requests of the
+	 * listeners it shares with other loops (rig_loops_listen) and those
+	 * other loops handed it, within the pass's budget (@end); true if
+	 * some remain. */
+	bool (*turn)(struct rig_loop *loop, int64_t end);
 };
 
 /* A piece of news queued for the application (loop.c), embedded in
@@ -200,6 +205,16 @@ struct rig_loop {
 	struct rig__list listeners, handshakes, cm_kept;
 	bool cm_owed;
 	unsigned dials, dials_queued;	/* under way, waiting their turn */
+	/* conn.c, for the listeners it shares with other loops
+	 * (rig_loops_listen): requests other loops handed it (under
+	 * inbox_lock); and, read by other loops' threads (atomics): its
+	 * connections (handshakes and requests handed to it included), its
+	 * passes, and the pass it was at when a request waited in its inbox
+	 * too long (it is not picked until it makes another). */
+	struct rig__list cm_inbox;
+	pthread_mutex_t inbox_lock;
+	unsigned cm_held;
+	uint64_t cm_turns, cm_stalled;
 	/* loop.c: the helper thread, started by the first job, and its
 	 * queue, under job_lock */
 	pthread_t helper;
@@ -374,6 +389,10 @@ uint64_t rig__events_closed(void);
 void rig__events_set_sleeper(struct rig__qp *qp, int side, struct rig__consumer *c);
 /* arms @loop's timer for @deadline_ns (CLOCK_MONOTONIC), 0 to disarm. */
 void rig__events_set_timer(struct rig_loop *loop, int64_t deadline_ns);
+/* adds @fd to @loop's fd set as one of its rdma_cm sources, or takes it
+ * out (a shared listener's channel and timer); 0 or -errno. */
+int rig__events_watch_cm_fd(struct rig_loop *loop, int fd);
+void rig__events_unwatch_fd(struct rig_loop *loop, int fd);
 /* a new non-blocking rdma_cm event channel; 0 or -errno. */
 int rig__events_new_cm_channel(struct rdma_event_channel **out);
 /* makes @loop's rdma_cm channel if it has none; 0 or -errno. */

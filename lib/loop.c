@@ -262,6 +262,8 @@ int rig__loop_open(struct rig_nic *nic, struct rig_loop **out)
 	rig__list_init(&loop->jobs);
 	rig__list_init(&loop->starts);
 	rig__list_init(&loop->teardowns);
+	rig__list_init(&loop->cm_inbox);
+	loop->cm_stalled = UINT64_MAX;	/* never found stalled */
 	ret = rig__events_open(loop);
 	if (ret) {
 		free(loop);
@@ -270,6 +272,7 @@ int rig__loop_open(struct rig_nic *nic, struct rig_loop **out)
 	pthread_mutex_init(&loop->lock, NULL);
 	pthread_mutex_init(&loop->cm_lock, NULL);
 	pthread_mutex_init(&loop->job_lock, NULL);
+	pthread_mutex_init(&loop->inbox_lock, NULL);
 	pthread_cond_init(&loop->job_cond, NULL);
 	pthread_mutex_lock(&nic->lock);
 	rig__list_add(&nic->loops, &loop->link);
@@ -341,6 +344,7 @@ int rig__loop_free(struct rig_loop *loop)
 	pthread_mutex_destroy(&loop->lock);
 	pthread_mutex_destroy(&loop->cm_lock);
 	pthread_mutex_destroy(&loop->job_lock);
+	pthread_mutex_destroy(&loop->inbox_lock);
 	pthread_cond_destroy(&loop->job_cond);
 	free(loop);
 	return ret;

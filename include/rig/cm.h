@@ -67,6 +67,9 @@ struct rig_listener;
 #define RIG_CM_HALF_OPEN_MS 3000
 /* Handshakes a listener keeps under way; it rejects requests beyond. */
 #define RIG_CM_HANDSHAKES 64
+/* rig_loops_listen: how long a request may wait for the member loop it
+ * was handed to before another member takes it. */
+#define RIG_CM_STALL_MS 250
 
 /**
  * rig_loop_listen - listen on @addr, @port (as rig_listen()) in @loop:
@@ -76,6 +79,28 @@ struct rig_listener;
  */
 int rig_loop_listen(struct rig_loop *loop, const char *addr, uint16_t port,
 		    uint64_t cookie, struct rig_listener **out);
+
+/**
+ * rig_loops_listen - rig_loop_listen() once, for @n loops of one NIC
+ *
+ * One listener on @addr, @port whose connections are served by the @n
+ * loops @loops (distinct, of one NIC), one per thread: each request goes
+ * to the loop with the fewest connections (handshakes under way
+ * included; the next in turn among equals), and the connection is that
+ * loop's for its life: its queue pair is made there, and its news
+ * (RIG_NEWS_ACCEPTED with @cookie, its rings, RIG_NEWS_GONE) comes out of
+ * that loop only. Any member that turns takes the requests; one handed to
+ * a loop that has not turned for RIG_CM_STALL_MS (250 ms) goes to another.
+ * RIG_CM_HANDSHAKES bounds the listener as a whole. rig_listener_close()
+ * may be called from any thread; each member lets go of the listener on
+ * its own next turn. A member loop that closes leaves the listener.
+ *
+ * Returns 0 and sets *out; -EINVAL for @n < 1, NULL loops, a loop given
+ * twice or loops of two NICs (nothing listens then); or -errno as
+ * rig_loop_listen().
+ */
+int rig_loops_listen(struct rig_loop *const *loops, int n, const char *addr,
+		     uint16_t port, uint64_t cookie, struct rig_listener **out);
 
 /**
  * rig_loop_dial - start connecting to @addr, @port from @loop

@@ -141,7 +141,8 @@ int rig_loop_open(struct rig_nic *nic, struct rig_loop **out);
 
 /**
  * rig_loop_close - close @loop: its listeners, half-open connections and
- * queue pairs go with it. The NIC's own loop goes with the NIC only
+ * queue pairs go with it; a listener it shares with other loops
+ * (rig_loops_listen()) it leaves. The NIC's own loop goes with the NIC only
  * (-EINVAL). Returns 0 or the first -errno met on the way.
  */
 int rig_loop_close(struct rig_loop *loop);
