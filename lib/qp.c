@@ -60,7 +60,27 @@ static int make_refused(int err, struct rig_nic *nic, const char *step)
  * The send queue and its CQ hold one request more than the ring: a
  * liveness probe's (ring.c, rig__qp_probe), posted only on an idle ring,
  * one at a time, so the ring's RIG_RING_ENTRIES stay the application's
- * (Q1) even while the probe's CQE waits to be read.
+ * (Q1) even while the probe's CQE waits to be read: the owner may post
+ * all 4095 entries after a probe, and then 4096 requests and CQEs are
+ * out. What the one more costs, as rdma-core's providers size queues:
+ *
+ * - bnxt_re (providers/bnxt_re/verbs.c, bnxt_re_get_sqmem_size): the
+ *   send queue's depth is max_send_wr + 1 + BNXT_RE_FULL_FLAG_DELTA
+ *   (128), rounded up to a power of two (bnxt_re_init_depth): 4095 and
+ *   4096 both give 8192, the same queue. (A kernel that turns the
+ *   rounding off, BNXT_RE_COMP_MASK_UCNTX_POW2_DISABLED: in variable WQE
+ *   mode the slots are aligned to 256, the same again; in static mode
+ *   one 128-byte WQE more.)
+ * - mlx5 (providers/mlx5/verbs.c, mlx5_calc_sq_size): the queue's bytes,
+ *   max_send_wr times the WQE's size (256 for this RC queue pair), rounded
+ *   up to a power of two: 4095 x 256 and 4096 x 256 both give 1 MiB.
+ * - The send CQ does cost: both providers allocate roundup_pow_of_two(
+ *   cqe + 1) CQEs (bnxt_re_alloc_cqslab, mlx5_create_cq), 8192 rather
+ *   than 4096, 256 KiB more pinned (nic.c, rig_nic_qp_pinned).
+ * - Soft-RoCE (the kernel's rxe_queue_init) gives roundup_pow_of_two(
+ *   n + 1) slots to the send queue and the send CQ alike: both double,
+ *   and a queue pair's kernel memory goes from 2.2 to 3.8 MiB (rig(7)
+ *   SOFT-ROCE).
  */
 #define RIG_PROBES_OUT 1
 
