@@ -98,6 +98,12 @@ struct end {
 	const char *to;
 	uint16_t port;
 	int redials;
+	/* While connecting, a handshake that failed after its news (the
+	 * listener's ACCEPTED comes before its answer, the dialer's DIALED
+	 * before its last message) ends in RIG_NEWS_GONE: its queue pair is
+	 * destroyed and dropped, and the dialer dials again. */
+	bool connecting;
+	int dropped;
 };
 
 static void end_open(struct end *e, const char *name, const char *dev, int max,
@@ -120,9 +126,10 @@ static void end_open(struct end *e, const char *name, const char *dev, int max,
 	ret = rig_loop_liveness(e->loop, live_ms);
 	cr_assert_eq(ret, 0, "rig_loop_liveness: %d %s", ret, rig_errmsg());
 	cr_assert_eq(rig_loop_watch(e->loop), 0);
-	e->qp = calloc(max, sizeof(*e->qp));
-	e->gone = calloc(max, sizeof(*e->gone));
-	e->gone_at = calloc(max, sizeof(*e->gone_at));
+	/* room for handshakes that fail after their news, until dropped */
+	e->qp = calloc(2 * max, sizeof(*e->qp));
+	e->gone = calloc(2 * max, sizeof(*e->gone));
+	e->gone_at = calloc(2 * max, sizeof(*e->gone_at));
 	cr_assert(e->qp && e->gone && e->gone_at);
 	t_buf(&e->buf, e->nic, 2 * MSG, 7);
 }
@@ -147,6 +154,16 @@ static int index_of(const struct end *e, const struct rig_qp *qp)
 			return i;
 	cr_assert_fail("%s: news of a queue pair it does not have", e->name);
 	return -1;
+}
+
+static bool has(const struct end *e, const struct rig_qp *qp)
+{
+	int i;
+
+	for (i = 0; i < e->n; i++)
+		if (e->qp[i] == qp)
+			return true;
+	return false;
 }
 
 static void post_receives(struct end *e, struct rig_qp *qp, int count)
@@ -210,17 +227,33 @@ static void end_handle(struct end *e)
 				}
 				cr_assert_eq(r[i].result, 0, "%s: a connection failed: %d",
 					     e->name, r[i].result);
-				cr_assert_lt(e->n, e->max, "%s: too many connections", e->name);
+				cr_assert_lt(e->n, 2 * e->max, "%s: too many connections", e->name);
 				e->gone[e->n] = 1;
 				e->qp[e->n++] = r[i].qp;
 				post_receives(e, r[i].qp, NRECV);
 				break;
 			case RIG_NEWS_RING:
+				/* of a queue pair dropped earlier in this batch? */
+				if (e->connecting && !has(e, r[i].qp))
+					break;
 				e->ring_news++;
 				take_all(e, r[i].qp, r[i].side);
 				break;
 			case RIG_NEWS_GONE:
 				k = index_of(e, r[i].qp);
+				if (e->connecting) {
+					cr_assert_eq(rig_qp_destroy(r[i].qp), 0, "%s: %s",
+						     e->name, rig_errmsg());
+					e->qp[k] = e->qp[--e->n];
+					e->dropped++;
+					if (e->to && e->redials < 100 + e->max) {
+						e->redials++;
+						cr_assert_eq(rig_loop_dial(e->loop, e->to, e->port,
+									   LONG_MS * 1000ll,
+									   r[i].cookie), 0);
+					}
+					break;
+				}
 				cr_assert_eq(e->gone[k], 1, "%s: RIG_NEWS_GONE twice", e->name);
 				e->gone[k] = r[i].result;
 				e->gone_at[k] = t_now_ms();
@@ -283,6 +316,7 @@ static void connect_ends(struct end *a, struct end *b, int n, uint16_t port)
 
 	a->to = bip;
 	a->port = port;
+	a->connecting = b->connecting = true;
 	ret = rig_loop_listen(b->loop, bip, port, 1, &b->l);
 	cr_assert_eq(ret, 0, "rig_loop_listen: %d %s", ret, rig_errmsg());
 	for (i = 0; i < n; i++) {
@@ -291,9 +325,13 @@ static void connect_ends(struct end *a, struct end *b, int n, uint16_t port)
 	}
 	cr_assert(pump(a, b, t0 + bound, all_up), "%d and %d of %d connections up in %.0f ms "
 		  "(%d and %d gone)", a->n, b->n, n, bound, a->ngone, b->ngone);
-	cr_assert_eq(a->ngone + b->ngone, 0, "connections gone while connecting");
-	fprintf(stderr, "test_live: %d connections up in %.0f ms (%d dials refused and "
-		"made again)\n", n, t_now_ms() - t0, a->redials);
+	a->connecting = b->connecting = false;
+	/* what the dropped handshakes' rings reported is theirs */
+	a->taken = a->failed_taken = a->other_taken = 0;
+	b->taken = b->failed_taken = b->other_taken = 0;
+	fprintf(stderr, "test_live: %d connections up in %.0f ms (%d dials made again; "
+		"%d and %d handshakes failed after their news)\n", n, t_now_ms() - t0,
+		a->redials, a->dropped, b->dropped);
 }
 
 /* Packets rxe sent on @dev so far. */
