@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/times.h>
 #include <unistd.h>
@@ -581,9 +582,16 @@ static volatile bool busy_on;
 
 static void *busy_loop(void *arg)
 {
+	struct sched_param sp = { 0 };
 	volatile unsigned long spin = 0;
 
 	(void)arg;
+	/* SCHED_IDLE: they take every cycle nobody else wants. At equal
+	 * priority they would starve ksoftirqd, where Soft-RoCE's transport
+	 * (its acknowledgements, its retries) runs under a packet load: an
+	 * artefact of a NIC in software (hardware answers and retries in
+	 * the NIC, whatever the host's CPUs do). */
+	pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
 	while (__atomic_load_n(&busy_on, __ATOMIC_RELAXED))
 		spin++;
 	return NULL;
