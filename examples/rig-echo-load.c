@@ -5,7 +5,7 @@
  * bytes, and every reply is checked byte for byte against what was sent.
  *
  *	rig-echo-load -d DEV -a ADDR -p PORT -c CONNS -s SIZE
- *		      -n MSGS [-t THREADS] [-i MS] [-w MS] [-g] [-k]
+ *		      -n MSGS [-t THREADS] [-i MS] [-w MS] [-L MS] [-g] [-k]
  *
  * Every connection dials PORT (rig-echo listens there once, for all its
  * threads) and connection i is served by thread i % THREADS, which has a
@@ -18,13 +18,16 @@
  * server let go before its first reply. The connection speaks first, the
  * moment its dial's news comes: a loop's listener has its queue pair
  * before it answers, so rig-echo's receives are posted before we can
- * send (rig(7) CONNECTIONS BY ADDRESS). A server that never replies hung
- * or vanished after its answer, and no failure would ever tell us: RC has
- * no keepalive, and a message that landed was acknowledged by the NIC,
- * whatever the process does. So a timer of our own, one per thread in its
- * ring, ends a connection with no reply within MS milliseconds of its
- * first message (-w; 30 s by default), with no new dial: a server that
- * hung would not answer one. The connection keeps one message in flight:
+ * send (rig(7) CONNECTIONS BY ADDRESS). A server whose host vanishes
+ * (its link cut, its power lost) is the library's to find: each thread's
+ * loop probes its idle connections (rig(7) L1; -L sets the interval) and
+ * fails them with -ETIMEDOUT and RIG_NEWS_GONE, even one that only waits
+ * for a reply. A server that hung is not: its NIC still acknowledges
+ * every message and every probe, whatever the process does. So a timer
+ * of our own, one per thread in its ring, ends a connection with no
+ * reply within MS milliseconds of its first message (-w; 30 s by
+ * default), with no new dial: a server that hung would not answer one.
+ * The connection keeps one message in flight:
  * it posts the receive of the reply, fills message seq with a pattern
  * drawn from the connection's identity (pid, i) and seq, sends it, and
  * once the reply and the send's completion are both in, checks the reply
@@ -93,6 +96,7 @@ struct el_opts {
 	unsigned int threads;
 	unsigned int interval_ms;
 	unsigned int reply_ms;		/* -w */
+	unsigned int live_ms;		/* -L: the liveness interval */
 	bool forever;
 	bool gate;
 };
@@ -715,6 +719,9 @@ static int el_thread_setup(struct el_thread *t)
 	ret = rig_loop_open(l->nic, &t->loop);
 	if (ret)
 		return el_fail("rig_loop_open", ret);
+	ret = rig_loop_liveness(t->loop, l->o.live_ms);
+	if (ret)
+		return el_fail("rig_loop_liveness", ret);
 	ret = rig_uring_watch(&t->ring, t->loop, EL_RIG);
 	if (ret)
 		return el_fail("rig_uring_watch", ret);
@@ -854,7 +861,7 @@ static void el_usage(const char *argv0)
 {
 	fprintf(stderr,
 		"Usage: %s -d DEV -a ADDR -p PORT -c CONNS -s SIZE -n MSGS\n"
-		"          [-t THREADS] [-i MS] [-w MS] [-g] [-k]\n"
+		"          [-t THREADS] [-i MS] [-w MS] [-L MS] [-g] [-k]\n"
 		"  -d DEV      RDMA device (default: the first RoCE v2 device)\n"
 		"  -a ADDR     the server's address\n"
 		"  -p PORT     the server's port\n"
@@ -865,6 +872,8 @@ static void el_usage(const char *argv0)
 		"  -i MS       a pause between a reply and the next message (default 0)\n"
 		"  -w MS       how long a connection waits for the server's first reply\n"
 		"              (default 30000)\n"
+		"  -L MS       probe idle connections every MS ms, to find a vanished\n"
+		"              server host (default 2000, RIG_LIVENESS_MS; 0: never)\n"
 		"  -g          once every connection is up, print \"ready: ...\" and\n"
 		"              send nothing before a SIGUSR1\n"
 		"  -k          never stop (until killed); no latency columns\n",
@@ -887,7 +896,7 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 	unsigned long long v;
 	int c;
 
-	while ((c = getopt(argc, argv, "d:a:p:c:s:n:t:i:w:gk")) != -1) {
+	while ((c = getopt(argc, argv, "d:a:p:c:s:n:t:i:w:L:gk")) != -1) {
 		if (c == 'd') {
 			o->dev = optarg;
 			continue;
@@ -906,8 +915,9 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 		}
 		if (c == '?')
 			return -1;
-		if (el_number(optarg, c == 'i' ? 0 : 1, c == 'n' ? 1ull << 32 :
-			      c == 's' ? 1u << 24 : c == 'i' || c == 'w' ? 3600000 : 65535, &v))
+		if (el_number(optarg, c == 'i' || c == 'L' ? 0 : 1, c == 'n' ? 1ull << 32 :
+			      c == 's' ? 1u << 24 : c == 'i' || c == 'w' ? 3600000 :
+			      c == 'L' ? 24 * 3600 * 1000 : 65535, &v))
 			return -1;
 		switch (c) {
 		case 'p': o->port = (unsigned int)v; break;
@@ -916,6 +926,7 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 		case 'n': o->msgs = v; break;
 		case 'i': o->interval_ms = (unsigned int)v; break;
 		case 'w': o->reply_ms = (unsigned int)v; break;
+		case 'L': o->live_ms = (unsigned int)v; break;
 		case 't':
 			if (v > EL_THREADS_MAX)
 				return -1;
@@ -948,7 +959,8 @@ static int el_gate(struct el_load *l)
 int main(int argc, char *argv[])
 {
 	struct el_opts o = { .conns = 1, .size = 64, .msgs = 1000,
-			     .threads = 1, .reply_ms = EL_REPLY_MS };
+			     .threads = 1, .reply_ms = EL_REPLY_MS,
+			     .live_ms = RIG_LIVENESS_MS };
 	struct el_load *l;
 	unsigned int i;
 	int ret, status = 0;

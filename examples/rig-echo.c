@@ -4,7 +4,8 @@
  * loop per thread. Every message a client sends comes back to it, the same
  * bytes, on the same queue pair.
  *
- *	rig-echo -d DEV -a ADDR -p PORT [-t THREADS] [-s MAXSIZE] [-r RECVS] [-v]
+ *	rig-echo -d DEV -a ADDR -p PORT [-t THREADS] [-s MAXSIZE] [-r RECVS]
+ *		 [-L MS] [-v]
  *
  * Threads, one port. A queue pair is bound to a loop when it is made
  * (loop.h). Thread i has its own loop (rig_loop_open() on the shared NIC)
@@ -39,8 +40,15 @@
  * queue pair) comes out of the loop as RIG_NEWS_GONE: the server takes
  * what its rings still report, prints one line with the news' result and
  * the failure rig_qp_failure() keeps, and closes the queue pair with
- * rig_qp_close(). A completion that fails without that news (a message
- * longer than MAXSIZE, say) ends the connection the same way.
+ * rig_qp_close(). A client whose host vanishes without a word (its link
+ * cut, its power lost) sends no disconnect, and a server that only
+ * waits for its next message would never know: the loop's liveness
+ * probes fail such a queue pair with -ETIMEDOUT, and it comes out as
+ * RIG_NEWS_GONE the same way (rig(7) L1; -L sets their interval, 0 turns
+ * them off). They need this thread to be the one that posts and polls
+ * its clients' send rings, which it is. A completion that fails without
+ * that news (a message longer than MAXSIZE, say) ends the connection the
+ * same way.
  *
  * Closing, not destroying. Destroying a queue pair takes the kernel
  * milliseconds (its QP, two CQs, the disconnect and the rdma_cm id), and
@@ -106,6 +114,7 @@ struct ec_opts {
 	unsigned int threads;
 	size_t maxsize;
 	unsigned int recvs;
+	unsigned long long live_ms;	/* -L: the liveness interval */
 	bool verbose;
 };
 
@@ -682,6 +691,9 @@ static int ec_thread_setup(struct ec_thread *t)
 	ret = rig_loop_open(s->nic, &t->loop);
 	if (ret)
 		return ec_fail("rig_loop_open", ret);
+	ret = rig_loop_liveness(t->loop, (int64_t)s->o.live_ms);
+	if (ret)
+		return ec_fail("rig_loop_liveness", ret);
 	ret = rig_uring_watch(&t->ring, t->loop, EC_RIG);
 	if (ret)
 		return ec_fail("rig_uring_watch", ret);
@@ -840,13 +852,16 @@ static int ec_run(struct ec_server *s)
 static void ec_usage(const char *argv0)
 {
 	fprintf(stderr,
-		"Usage: %s -d DEV -a ADDR -p PORT [-t THREADS] [-s MAXSIZE] [-r RECVS] [-v]\n"
+		"Usage: %s -d DEV -a ADDR -p PORT [-t THREADS] [-s MAXSIZE] [-r RECVS]\n"
+		"          [-L MS] [-v]\n"
 		"  -d DEV      RDMA device (default: the first RoCE v2 device)\n"
 		"  -a ADDR     the device's IP address to listen on\n"
 		"  -p PORT     the port to listen on, for every thread\n"
 		"  -t THREADS  threads, each with its loop (default 1)\n"
 		"  -s MAXSIZE  the longest message taken (default 4096)\n"
 		"  -r RECVS    receives kept posted per client (default 16)\n"
+		"  -L MS       probe idle clients every MS ms, to find a vanished\n"
+		"              host (default 2000, RIG_LIVENESS_MS; 0: never)\n"
 		"  -v          print each client accepted, and stats every second\n"
 		"SIGUSR1 prints a stats line; SIGINT and SIGTERM stop it.\n",
 		argv0);
@@ -868,7 +883,7 @@ static int ec_parse_opts(int argc, char *argv[], struct ec_opts *o)
 	unsigned long long v;
 	int c;
 
-	while ((c = getopt(argc, argv, "d:a:p:t:s:r:v")) != -1) {
+	while ((c = getopt(argc, argv, "d:a:p:t:s:r:L:v")) != -1) {
 		switch (c) {
 		case 'd':
 			o->dev = optarg;
@@ -896,6 +911,10 @@ static int ec_parse_opts(int argc, char *argv[], struct ec_opts *o)
 				return -1;
 			o->recvs = (unsigned int)v;
 			break;
+		case 'L':
+			if (ec_number(optarg, 0, 24 * 3600 * 1000, &o->live_ms))
+				return -1;
+			break;
 		case 'v':
 			o->verbose = true;
 			break;
@@ -910,7 +929,8 @@ static int ec_parse_opts(int argc, char *argv[], struct ec_opts *o)
 
 int main(int argc, char *argv[])
 {
-	struct ec_opts o = { .threads = 1, .maxsize = 4096, .recvs = 16 };
+	struct ec_opts o = { .threads = 1, .maxsize = 4096, .recvs = 16,
+			     .live_ms = RIG_LIVENESS_MS };
 	struct ec_server *s;
 	unsigned int i;
 	int ret, status;

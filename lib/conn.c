@@ -634,6 +634,19 @@ static void release(struct rig__qp_owner *o)
 	pthread_mutex_unlock(&loop->cm_lock);
 }
 
+/* A liveness probe found the peer's host gone: the queue pair failed
+ * with -@error (-ETIMEDOUT) and its rings were told; the connection's
+ * end is news, as when the peer leaves. cm_lock held. */
+static void lost(struct rig__qp_owner *o, int error)
+{
+	struct conn *c = container_of(o, struct conn, qp_owner);
+
+	if (c->gone.what.result)
+		return;		/* told once */
+	c->gone.what.result = -error;
+	rig__loop_post(c->loop, &c->gone);
+}
+
 static struct conn *conn_new(struct rig_loop *loop, bool blocking, uint64_t cookie)
 {
 	struct conn *c = calloc(1, sizeof(*c));
@@ -651,6 +664,7 @@ static struct conn *conn_new(struct rig_loop *loop, bool blocking, uint64_t cook
 	c->started = rig__now_ns();
 	c->home = HOME_NONE;
 	c->qp_owner.release = release;
+	c->qp_owner.lost = lost;
 	rig__list_init(&c->link);
 	rig__list_init(&c->up.link);
 	rig__list_init(&c->gone.link);
@@ -672,6 +686,10 @@ static void up(struct conn *c)
 	c->result = 0;
 	c->qp->owner = &c->qp_owner;
 	c->gone.what = (struct rig_ready){ &c->qp->pub, RIG_SEND, RIG_NEWS_GONE, 0, cookie };
+	/* A peer that gave its MTU ("rig2") is a rig that takes liveness
+	 * probes (rig(7) LIVENESS); one of rig 0.2 would refuse them. */
+	if (c->peer_mtu)
+		rig__loop_live_add(c->qp);
 	if (c->blocking && c->accepting) {
 		set_home(c, HOME_ACCEPTED, &l->accepted);
 		return;

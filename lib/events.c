@@ -172,13 +172,26 @@ unsigned rig__events_ready(struct rig_loop *loop)
 	return mask;
 }
 
-void rig__events_set_timer(struct rig_loop *loop, int64_t deadline_ns)
+/* One timer serves conn.c's deadlines and the liveness passes (loop.c):
+ * it fires at the earlier; each, when it runs, looks at its own. */
+void rig__events_timer_update(struct rig_loop *loop)
 {
+	int64_t deadline_ns = loop->cm_deadline;
 	struct itimerspec its = { 0 };
 
+	/* No pass while nothing is probed: an idle loop stays asleep. */
+	if (loop->live_ns && loop->live.next != &loop->live &&
+	    (!deadline_ns || loop->live_next < deadline_ns))
+		deadline_ns = loop->live_next;
 	its.it_value.tv_sec = deadline_ns / 1000000000;
 	its.it_value.tv_nsec = deadline_ns % 1000000000;
 	timerfd_settime(loop->timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+void rig__events_set_timer(struct rig_loop *loop, int64_t deadline_ns)
+{
+	loop->cm_deadline = deadline_ns;
+	rig__events_timer_update(loop);
 }
 
 /* Tells @qp's ring @side's consumers; the loop's lock is held. */
@@ -275,7 +288,7 @@ bool rig__events_take_cm(struct rig_loop *loop)
 	struct rdma_cm_event *ev;
 	int64_t end = rig__now_ns() + RIG_CM_BUDGET_NS;
 	uint64_t expired;
-	bool more = false;
+	bool more = false, ticked = false;
 
 	pthread_mutex_lock(&loop->cm_lock);
 	/* What waits read and kept comes first: it is older. */
@@ -299,12 +312,17 @@ bool rig__events_take_cm(struct rig_loop *loop)
 	 * RIG_CM_HALF_OPEN_MS without a pass, they run anyway. An expired
 	 * timer left unread keeps the loop's fd readable. */
 	if ((!more || rig__now_ns() - loop->cm_ticked >= RIG_CM_HALF_OPEN_MS * 1000000ll) &&
-	    read(loop->timer_fd, &expired, sizeof(expired)) == sizeof(expired) &&
-	    loop->cm_consumer) {
-		loop->cm_consumer->tick(loop);
+	    read(loop->timer_fd, &expired, sizeof(expired)) == sizeof(expired)) {
+		if (loop->cm_consumer)
+			loop->cm_consumer->tick(loop);
 		loop->cm_ticked = rig__now_ns();
+		ticked = true;
 	}
 	pthread_mutex_unlock(&loop->cm_lock);
+	/* A liveness pass holds no cm_lock while it posts: the helper's
+	 * steps and the waits' notes go on meanwhile. */
+	if (ticked && loop->live_tick)
+		loop->live_tick(loop);
 	return more;
 }
 

@@ -229,6 +229,17 @@ struct rig_loop {
 	 * device's vectors in turn, so their interrupts land on as many
 	 * vectors (and CPUs) as the device has, not all on vector 0. */
 	int comp_vector;
+	/* Liveness (loop.c, rig_loop_liveness): the interval between probes
+	 * (0: off) and the next pass, under cm_lock; the queue pairs it
+	 * probes, under live_lock (taken after cm_lock, before the NIC's).
+	 * cm_deadline is conn.c's next deadline: the timer takes the
+	 * earlier of the two (events.c). live_tick is loop.c's pass, called
+	 * by events.c when the timer fires, on the loop's thread, with no
+	 * lock held. */
+	int64_t live_ns, live_next, cm_deadline;
+	pthread_mutex_t live_lock;
+	struct rig__list live;
+	void (*live_tick)(struct rig_loop *loop);
 };
 
 struct rig__region {
@@ -262,6 +273,9 @@ enum rig__cause { RIG__CAUSE_NONE, RIG__CAUSE_ENTRY, RIG__CAUSE_FLUSH,
  * releases its rdma_cm id when the queue pair goes. */
 struct rig__qp_owner {
 	void (*release)(struct rig__qp_owner *self);
+	/* A liveness probe failed the queue pair with -@error: the peer's
+	 * host is gone (loop.c, its timer pass, cm_lock held). */
+	void (*lost)(struct rig__qp_owner *self, int error);
 };
 
 struct rig__qp {
@@ -327,7 +341,21 @@ struct rig__qp {
 	/* rig_qp_close was called (set atomically by the owner's thread):
 	 * the loop lists and hands out no news of it any more. */
 	bool closing;
+	/* Liveness (rig(7) LIVENESS): its peer is a rig that takes probes
+	 * (a connection by address), and its place in loop->live; a probe
+	 * is on the wire or its CQE not yet read; the probe's CQE failed
+	 * the queue pair; probes posted. Touched by the loop's thread and by
+	 * the owner's reads of the send CQ, one thread (rig(7) LIVENESS). */
+	bool live;
+	struct rig__list live_link;
+	bool probe_out, probe_failed;
+	int lost;			/* the pass's finding, for the owner */
+	uint64_t probes;
 };
+
+/* The wr_id of a liveness probe: no entry's (an entry's is its 32-bit
+ * sequence number). */
+#define RIG__PROBE_WR_ID UINT64_MAX
 
 static inline struct rig__qp *rig__qp(struct rig_qp *qp)
 {
@@ -345,6 +373,11 @@ int rig__set_nonblock(int fd, const char *what);
  * consumers through @qp->rings_failed; later ones do neither. */
 void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 		    const char *why, int wc_status);
+/* ring.c: one liveness pass over @qp, on its loop's thread: reads the
+ * CQE of its last probe if its send ring is idle, and posts the next
+ * probe if none is out. Returns the -errno the probe's CQE failed @qp
+ * with, once; else 0. */
+int rig__qp_probe(struct rig__qp *qp);
 
 /* events.c, the demultiplexer: */
 /* which of @loop's sources are readable now (RIG__SOURCE_*). */
@@ -387,8 +420,12 @@ bool rig__events_take_until(struct rig_loop *loop, struct rig__qp *qp, int side)
 uint64_t rig__events_closed(void);
 /* sets the consumer sleeping on @qp's ring @side, or NULL. */
 void rig__events_set_sleeper(struct rig__qp *qp, int side, struct rig__consumer *c);
-/* arms @loop's timer for @deadline_ns (CLOCK_MONOTONIC), 0 to disarm. */
+/* arms @loop's timer for @deadline_ns (CLOCK_MONOTONIC), 0 to disarm:
+ * conn.c's deadline; the timer fires at it or at the loop's next
+ * liveness pass, the earlier. cm_lock held. */
 void rig__events_set_timer(struct rig_loop *loop, int64_t deadline_ns);
+/* re-arms @loop's timer after loop->live_next changed; cm_lock held. */
+void rig__events_timer_update(struct rig_loop *loop);
 /* adds @fd to @loop's fd set as one of its rdma_cm sources, or takes it
  * out (a shared listener's channel and timer); 0 or -errno. */
 int rig__events_watch_cm_fd(struct rig_loop *loop, int fd);
@@ -439,6 +476,9 @@ void rig__loop_post(struct rig_loop *loop, struct rig__news *n);
  * false if it was handed out already (or never posted). */
 bool rig__loop_unpost(struct rig_loop *loop, struct rig__news *n);
 int rig__loop_defer(struct rig_loop *loop, struct rig__job *job);
+/* loop.c: the loop of @qp, a connection's that is up, probes it from
+ * its next liveness pass on; cm_lock held. */
+void rig__loop_live_add(struct rig__qp *qp);
 /* loop.c: marks @qp closing, its rings' news withdrawn for good. */
 void rig__loop_closing(struct rig__qp *qp);
 int rig__loop_open(struct rig_nic *nic, struct rig_loop **out);

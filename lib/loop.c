@@ -242,6 +242,99 @@ static void helper_stop(struct rig_loop *loop)
 		pthread_join(loop->helper, NULL);
 }
 
+/*
+ * Liveness (rig(7) LIVENESS): every interval, the loop's timer runs a
+ * pass over the queue pairs of its connections by address, on the
+ * loop's thread (rig_loop_handle, rig_uring_handle; rig_nic_events for
+ * the NIC's own loop). A queue pair whose send ring is idle gets a probe
+ * (ring.c, rig__qp_probe), and the last one's CQE is read: a host that
+ * vanished fails the queue pair with -ETIMEDOUT within two intervals
+ * and the transport's retries, even one that only receives, and its
+ * connection hands out RIG_NEWS_GONE. A pass costs each idle queue pair
+ * one CQ read and one post (one write() on Soft-RoCE): a probe and its
+ * acknowledgement on the wire per interval, however many queue pairs
+ * share the peer's host. The probes go out under live_lock only, so that
+ * the handshakes' steps (cm_lock) do not wait for a pass over thousands
+ * of queue pairs; the owners hear of what it found under both (cm_lock
+ * first, as everywhere).
+ */
+static void live_tick(struct rig_loop *loop)
+{
+	int64_t now = rig__now_ns();
+	struct rig__list *l;
+	bool found = false;
+
+	pthread_mutex_lock(&loop->cm_lock);
+	if (!loop->live_ns || now < loop->live_next) {
+		pthread_mutex_unlock(&loop->cm_lock);
+		return;
+	}
+	loop->live_next = now + loop->live_ns;
+	rig__events_timer_update(loop);
+	pthread_mutex_unlock(&loop->cm_lock);
+
+	pthread_mutex_lock(&loop->live_lock);
+	for (l = loop->live.next; l != &loop->live; l = l->next) {
+		struct rig__qp *qp = container_of(l, struct rig__qp, live_link);
+
+		if (__atomic_load_n(&qp->closing, __ATOMIC_ACQUIRE))
+			continue;
+		qp->lost = -rig__qp_probe(qp);
+		found |= qp->lost != 0;
+	}
+	pthread_mutex_unlock(&loop->live_lock);
+	if (!found)
+		return;
+	pthread_mutex_lock(&loop->cm_lock);
+	pthread_mutex_lock(&loop->live_lock);
+	for (l = loop->live.next; l != &loop->live; l = l->next) {
+		struct rig__qp *qp = container_of(l, struct rig__qp, live_link);
+
+		if (qp->lost && qp->owner && qp->owner->lost)
+			qp->owner->lost(qp->owner, qp->lost);
+		qp->lost = 0;
+	}
+	pthread_mutex_unlock(&loop->live_lock);
+	pthread_mutex_unlock(&loop->cm_lock);
+}
+
+void rig__loop_live_add(struct rig__qp *qp)
+{
+	struct rig_loop *loop = qp->loop;
+	bool first;
+
+	if (qp->live)
+		return;
+	pthread_mutex_lock(&loop->live_lock);
+	first = loop->live.next == &loop->live;
+	qp->live = true;
+	rig__list_add(loop->live.prev, &qp->live_link);
+	pthread_mutex_unlock(&loop->live_lock);
+	/* The passes start again with the first queue pair to probe. */
+	if (first && loop->live_ns) {
+		loop->live_next = rig__now_ns() + loop->live_ns;
+		rig__events_timer_update(loop);
+	}
+}
+
+/* The longest interval: a day (a bound of weeks tells a server nothing). */
+#define RIG_LIVENESS_MAX_MS (24 * 3600 * 1000ll)
+
+RIG_EXPORT __cold int rig_loop_liveness(struct rig_loop *loop, int64_t ms)
+{
+	if (!loop)
+		return rig__fail(EINVAL, "rig_loop_liveness: loop is NULL");
+	if (ms < 0 || ms > RIG_LIVENESS_MAX_MS)
+		return rig__fail(EINVAL, "rig_loop_liveness: %lld ms is not within 0 (off) and %lld",
+				 (long long)ms, RIG_LIVENESS_MAX_MS);
+	pthread_mutex_lock(&loop->cm_lock);
+	loop->live_ns = ms * 1000000;
+	loop->live_next = rig__now_ns() + loop->live_ns;
+	rig__events_timer_update(loop);
+	pthread_mutex_unlock(&loop->cm_lock);
+	return 0;
+}
+
 int rig__loop_open(struct rig_nic *nic, struct rig_loop **out)
 {
 	struct rig_loop *loop;
@@ -264,6 +357,8 @@ int rig__loop_open(struct rig_nic *nic, struct rig_loop **out)
 	rig__list_init(&loop->teardowns);
 	rig__list_init(&loop->cm_inbox);
 	loop->cm_stalled = UINT64_MAX;	/* never found stalled */
+	rig__list_init(&loop->live);
+	loop->live_tick = live_tick;
 	ret = rig__events_open(loop);
 	if (ret) {
 		free(loop);
@@ -273,6 +368,7 @@ int rig__loop_open(struct rig_nic *nic, struct rig_loop **out)
 	pthread_mutex_init(&loop->cm_lock, NULL);
 	pthread_mutex_init(&loop->job_lock, NULL);
 	pthread_mutex_init(&loop->inbox_lock, NULL);
+	pthread_mutex_init(&loop->live_lock, NULL);
 	pthread_cond_init(&loop->job_cond, NULL);
 	pthread_mutex_lock(&nic->lock);
 	rig__list_add(&nic->loops, &loop->link);
@@ -345,6 +441,7 @@ int rig__loop_free(struct rig_loop *loop)
 	pthread_mutex_destroy(&loop->cm_lock);
 	pthread_mutex_destroy(&loop->job_lock);
 	pthread_mutex_destroy(&loop->inbox_lock);
+	pthread_mutex_destroy(&loop->live_lock);
 	pthread_cond_destroy(&loop->job_cond);
 	free(loop);
 	return ret;
@@ -352,9 +449,17 @@ int rig__loop_free(struct rig_loop *loop)
 
 RIG_EXPORT __cold int rig_loop_open(struct rig_nic *nic, struct rig_loop **out)
 {
+	int ret;
+
 	if (!nic || !out)
 		return rig__fail(EINVAL, "rig_loop_open: NULL argument");
-	return rig__loop_open(nic, out);
+	ret = rig__loop_open(nic, out);
+	/* Its connections are probed by default; the NIC's own loop's are
+	 * not, for its queue pairs (rig_dial, rig_accept) may belong to any
+	 * thread, and a pass reads their send CQs (rig(7) LIVENESS). */
+	if (!ret)
+		rig_loop_liveness(*out, RIG_LIVENESS_MS);
+	return ret;
 }
 
 RIG_EXPORT __cold int rig_loop_close(struct rig_loop *loop)
@@ -468,6 +573,28 @@ static int watch_ended(struct rig_loop *loop, int res)
 			 "the loop is no longer watched", strerror(-res));
 }
 
+/*
+ * The completion event of a liveness probe on an idle send ring (L1):
+ * nothing for the application to take, so not handed out; the ring is
+ * armed again, as a hand-out would arm it, and the loop's next pass
+ * reads the probe's CQE (a failure there is news of both rings). With
+ * liveness on, the loop's thread owns the send rings of its connections
+ * (this one), so their idleness is its own to read, and no entry's CQE
+ * can land unseen between the event and the arming.
+ */
+static bool probe_news(const struct rig_loop *loop, const struct rig__news *n)
+{
+	const struct rig__qp *qp;
+	const struct rig__ring *r;
+
+	if (n->what.news != RIG_NEWS_RING || n->what.side != RIG_SEND)
+		return false;
+	qp = rig__qp(n->what.qp);
+	r = &qp->pub.ring[RIG_SEND];
+	return qp->live && __atomic_load_n(&loop->live_ns, __ATOMIC_RELAXED) &&
+	       qp->probe_out && r->head == r->tail && !rig__qp_broken(&qp->pub);
+}
+
 RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, int max)
 {
 	struct rig__news *n;
@@ -499,6 +626,11 @@ RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, i
 		 * news is handed out, and events_forget unlinks these). */
 		if ((n->what.news == RIG_NEWS_RING || n->what.news == RIG_NEWS_GONE) &&
 		    __atomic_load_n(&rig__qp(n->what.qp)->closing, __ATOMIC_ACQUIRE)) {
+			i--;
+			continue;
+		}
+		if (probe_news(loop, n)) {
+			arm(rig__qp(n->what.qp), RIG_SEND);
 			i--;
 			continue;
 		}

@@ -56,14 +56,42 @@ static int make_refused(int err, struct rig_nic *nic, const char *step)
 			 step, nic->name, strerror(err), now, (long long)pinned / 1024, nic->name);
 }
 
-static int ring_init(struct rig__qp *qp, struct rig__ring *ring)
+/*
+ * The send queue and its CQ hold one request more than the ring: a
+ * liveness probe's (ring.c, rig__qp_probe), posted only on an idle ring,
+ * one at a time, so the ring's RIG_RING_ENTRIES stay the application's
+ * (Q1) even while the probe's CQE waits to be read: the owner may post
+ * all 4095 entries after a probe, and then 4096 requests and CQEs are
+ * out. What the one more costs, as rdma-core's providers size queues:
+ *
+ * - bnxt_re (providers/bnxt_re/verbs.c, bnxt_re_get_sqmem_size): the
+ *   send queue's depth is max_send_wr + 1 + BNXT_RE_FULL_FLAG_DELTA
+ *   (128), rounded up to a power of two (bnxt_re_init_depth): 4095 and
+ *   4096 both give 8192, the same queue. (A kernel that turns the
+ *   rounding off, BNXT_RE_COMP_MASK_UCNTX_POW2_DISABLED: in variable WQE
+ *   mode the slots are aligned to 256, the same again; in static mode
+ *   one 128-byte WQE more.)
+ * - mlx5 (providers/mlx5/verbs.c, mlx5_calc_sq_size): the queue's bytes,
+ *   max_send_wr times the WQE's size (256 for this RC queue pair), rounded
+ *   up to a power of two: 4095 x 256 and 4096 x 256 both give 1 MiB.
+ * - The send CQ does cost: both providers allocate roundup_pow_of_two(
+ *   cqe + 1) CQEs (bnxt_re_alloc_cqslab, mlx5_create_cq), 8192 rather
+ *   than 4096, 256 KiB more pinned (nic.c, rig_nic_qp_pinned).
+ * - Soft-RoCE (the kernel's rxe_queue_init) gives roundup_pow_of_two(
+ *   n + 1) slots to the send queue and the send CQ alike: both double,
+ *   and a queue pair's kernel memory goes from 2.2 to 3.8 MiB (rig(7)
+ *   SOFT-ROCE).
+ */
+#define RIG_PROBES_OUT 1
+
+static int ring_init(struct rig__qp *qp, struct rig__ring *ring, int extra)
 {
 	struct rig_nic *nic = qp->nic;
 
 	ring->slot = calloc(RIG__SLOTS, sizeof(*ring->slot));
 	if (!ring->slot)
 		return rig__fail(ENOMEM, "rig_qp_make: no memory for a ring");
-	ring->cq = ibv_create_cq(nic->ctx, RIG_RING_ENTRIES, qp, qp->loop->channel,
+	ring->cq = ibv_create_cq(nic->ctx, RIG_RING_ENTRIES + extra, qp, qp->loop->channel,
 				 qp->loop->comp_vector);
 	if (!ring->cq) {
 		free(ring->slot);
@@ -102,17 +130,18 @@ RIG_EXPORT __cold int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out)
 		return rig__fail(ENOMEM, "rig_qp_make: out of memory");
 	qp->nic = nic;
 	qp->loop = loop;
-	ret = ring_init(qp, &qp->pub.ring[RIG_SEND]);
+	rig__list_init(&qp->live_link);
+	ret = ring_init(qp, &qp->pub.ring[RIG_SEND], RIG_PROBES_OUT);
 	if (ret)
 		goto out_free;
-	ret = ring_init(qp, &qp->pub.ring[RIG_RECEIVE]);
+	ret = ring_init(qp, &qp->pub.ring[RIG_RECEIVE], 0);
 	if (ret)
 		goto out_send_ring;
 
 	attr.qp_context = qp;
 	attr.send_cq = qp->pub.ring[RIG_SEND].cq;
 	attr.recv_cq = qp->pub.ring[RIG_RECEIVE].cq;
-	attr.cap.max_send_wr = RIG_RING_ENTRIES;
+	attr.cap.max_send_wr = RIG_RING_ENTRIES + RIG_PROBES_OUT;
 	attr.cap.max_recv_wr = RIG_RING_ENTRIES;
 	attr.cap.max_send_sge = 1;
 	attr.cap.max_recv_sge = 1;
@@ -253,8 +282,14 @@ int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
 	a.qp_state = IBV_QPS_INIT;
 	a.pkey_index = 0;
 	a.port_num = nic->port;
-	/* Only a peer on this NIC may read; nobody may write (M4). */
-	a.qp_access_flags = local ? IBV_ACCESS_REMOTE_READ : 0;
+	/* Only a peer on this NIC may read; nobody may write memory (M4):
+	 * no region grants remote write (region.c). The queue pair of a
+	 * connection by address takes RDMA WRITEs all the same, for its
+	 * peer's liveness probes are zero-length writes, which touch no
+	 * memory; a write with bytes fails at the region (ring.c,
+	 * rig__qp_probe). */
+	a.qp_access_flags = (local ? IBV_ACCESS_REMOTE_READ : 0) |
+			    (route ? IBV_ACCESS_REMOTE_WRITE : 0);
 	ret = modify(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 		     IBV_QP_ACCESS_FLAGS, "RESET->INIT");
 	if (ret)
@@ -300,6 +335,7 @@ int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
 
 	qp->state = RIG__CONNECTED;
 	qp->pub.local = local;
+
 	__atomic_and_fetch(&qp->pub.broken, ~(uint32_t)RIG__UNCONNECTED,
 			   __ATOMIC_RELAXED);
 	/* A RoCE v2 GID is an IPv6 address (an IPv4 one is ::ffff:a.b.c.d). */
@@ -331,6 +367,12 @@ int rig__qp_teardown(struct rig__qp *qp)
 	uint32_t qpn = qp->self.qp;
 	int ret;
 
+	/* Off the loop's liveness list: no pass probes it after this. */
+	if (qp->live) {
+		pthread_mutex_lock(&qp->loop->live_lock);
+		rig__list_del(&qp->live_link);
+		pthread_mutex_unlock(&qp->loop->live_lock);
+	}
 	/* Its connection first: no rdma_cm event names it after this. */
 	if (owner) {
 		qp->owner = NULL;

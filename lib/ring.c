@@ -208,6 +208,31 @@ RIG_EXPORT int rig_qp_failure(const struct rig_qp *pub, int *wc_status)
 	return qp->error;
 }
 
+/*
+ * The CQE of a liveness probe (rig(7) LIVENESS), whoever reads the send
+ * CQ: the loop's pass, or a poll that finds it before an entry's. It is
+ * no entry's, so it completes nothing and is never handed out: a success
+ * is dropped; an error fails the queue pair as an entry's error does
+ * (F3: -ETIMEDOUT for exhausted retries); a flush says the queue pair
+ * failed for a reason found elsewhere, as an entry's flush does.
+ */
+static void probe_done(struct rig__qp *qp, const struct ibv_wc *wc)
+{
+	struct wc_error e;
+
+	qp->probe_out = false;
+	if (wc->status == IBV_WC_SUCCESS || (qp->distrust & (1 << RIG_SEND)))
+		return;
+	if (wc->status == IBV_WC_WR_FLUSH_ERR) {
+		qp->flushed = true;
+		return;
+	}
+	e = wc_error(wc->status);
+	if (!failed(qp) || bare(qp->cause))
+		qp->probe_failed = true;
+	rig__qp_failed(qp, RIG__CAUSE_ENTRY, e.error, e.why, wc->status);
+}
+
 /* Files one CQE of @side into the slot of the entry it completes. */
 static void reap_one(struct rig__qp *qp, enum rig_side side,
 		     const struct ibv_wc *wc)
@@ -217,6 +242,10 @@ static void reap_one(struct rig__qp *qp, enum rig_side side,
 	struct rig__slot *slot;
 	struct wc_error e;
 
+	if (side == RIG_SEND && wc->wr_id == RIG__PROBE_WR_ID) {
+		probe_done(qp, wc);
+		return;
+	}
 	/* A CQE for an entry the library has completed itself is late. */
 	if ((qp->distrust & (1 << side)) || seq == ring->head ||
 	    (uint32_t)wc->wr_id != seq)
@@ -255,6 +284,55 @@ static void reap(struct rig__qp *qp, enum rig_side side)
 	if (n < 0)
 		rig__qp_failed(qp, RIG__CAUSE_DEVICE, EIO,
 			       "the NIC's completion queue could not be read", -1);
+}
+
+/*
+ * A liveness probe is a zero-length RDMA WRITE on the queue pair itself,
+ * as UCX's rc transport keeps its connections alive: the peer's NIC
+ * acknowledges it with no receive of the peer's taken, nothing written
+ * and no completion on the peer's side. The responder checks the queue
+ * pair's access flags for any write (Linux drivers/infiniband/sw/rxe/
+ * rxe_resp.c, check_op_valid: an RDMA WRITE packet needs
+ * IB_ACCESS_REMOTE_WRITE on the QP), so the queue pairs of connections
+ * by address grant it (qp.c); a zero-length write needs no memory key
+ * (the IBTA, and rxe_resp.c's check_rkey skips one of length 0), and
+ * no region of rig grants remote write, so a write with bytes still
+ * fails at the region (M4). Unanswered, it is retried as any send is,
+ * and ends in -ETIMEDOUT (M3). The send queue has one request more than
+ * the ring, for it (qp.c): the ring's room stays RIG_RING_ENTRIES (Q1).
+ *
+ * Only an idle send ring is probed: entries due there probe the peer
+ * already, and their retries end the same way. The loop's thread reads
+ * the probe's CQE here while the ring stays idle; once the owner posts,
+ * its polls find the CQE first (the inline poll takes a write's
+ * completion to the slow path, which drops it), so no poll of an
+ * application ever returns one.
+ */
+int rig__qp_probe(struct rig__qp *qp)
+{
+	struct rig__ring *ring = &qp->pub.ring[RIG_SEND];
+	struct ibv_send_wr wr, *bad = NULL;
+	uint32_t broken;
+
+	if (ring->head == ring->tail && qp->probe_out)
+		reap(qp, RIG_SEND);
+	if (qp->probe_failed) {
+		qp->probe_failed = false;
+		return qp->error;
+	}
+	if (ring->head != ring->tail)
+		return 0;
+	broken = __atomic_load_n(&qp->pub.broken, __ATOMIC_ACQUIRE);
+	if (qp->probe_out || broken || qp->state != RIG__CONNECTED)
+		return 0;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = RIG__PROBE_WR_ID;
+	wr.opcode = IBV_WR_RDMA_WRITE;	/* no sge: zero bytes; signalled (sq_sig_all) */
+	if (ibv_post_send(qp->pub.ibqp, &wr, &bad))
+		return 0;	/* the next pass tries again */
+	qp->probe_out = true;
+	qp->probes++;
+	return 0;
 }
 
 /*

@@ -32,7 +32,7 @@
  */
 enum { PORT_DIAL_ACCEPT = 18515, PORT_GARBAGE, PORT_LISTENER_FD, PORT_NEGATIVE,
        PORT_HUGE, PORT_GONE_EARLY, PORT_CLAIM_DIALER, PORT_CLAIM_LISTENER,
-       PORT_NAMES_PEER };
+       PORT_NAMES_PEER, PORT_RAW_WRITER };
 
 struct server {
 	struct rig_listener *l;
@@ -905,4 +905,127 @@ Test(cm, a_failure_names_its_peer_by_address_and_both_queue_pairs)
 	if (sn != cn)
 		cr_assert_eq(rig_nic_close(sn), 0);
 	cr_assert_eq(rig_nic_close(cn), 0);
+}
+
+/* One completion of @cq within 10 s. */
+static struct ibv_wc raw_wc_of(struct ibv_cq *cq)
+{
+	double end = t_now_ms() + 10000;
+	struct ibv_wc wc;
+	int n;
+
+	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0) {
+		cr_assert_lt(t_now_ms(), end, "no completion in 10 s");
+		usleep(1000);
+	}
+	cr_assert_eq(n, 1, "ibv_poll_cq: %d", n);
+	return wc;
+}
+
+/*
+ * M4, L1: the queue pair of a connection by address takes RDMA WRITEs, for
+ * its peer's liveness probes are zero-length ones, yet nobody may write
+ * its memory. A raw-verbs client connects to a rig listener (rdma_cm, a
+ * rig endpoint of its own queue pair) and knows a rig region's address
+ * and rkey: its zero-length write succeeds, and the rig side sees no
+ * completion and no failure; its 64-byte write with the stolen rkey is
+ * refused by the region (REM_ACCESS_ERR: no region grants remote write),
+ * and the region's bytes are unchanged.
+ */
+Test(cm, M4_L1_zero_length_write_taken_a_write_with_bytes_refused)
+{
+	struct rig_nic *ln = t_nic_open(t_dev());
+	struct server s = { NULL, 10000000, -1, NULL };
+	const char *gi = getenv(t_peer_dev() ? "RIG_TEST_PEER_GID_INDEX" : "RIG_TEST_GID_INDEX");
+	uint8_t priv[RIG_CM_PRIVATE], before[4096], raw_buf[64];
+	struct rig_endpoint mine = { 0 }, theirs;
+	struct rdma_event_channel *ch;
+	struct ibv_qp_init_attr ia = { 0 };
+	struct ibv_send_wr wr, *bad;
+	struct rdma_conn_param p;
+	struct rig_completion c;
+	struct rdma_cm_id *id;
+	struct ibv_port_attr pa;
+	struct ibv_sge sge;
+	struct t_buf region;
+	union ibv_gid gid;
+	struct ibv_mr *mr;
+	struct ibv_cq *cq;
+	struct ibv_pd *pd;
+	struct ibv_qp *qp;
+	struct ibv_wc wc;
+	pthread_t t;
+
+	t_buf(&region, ln, sizeof(before), 77);
+	memcpy(before, region.mem, sizeof(before));
+	cr_assert_eq(rig_listen(ln, getenv("RIG_TEST_IP"), PORT_RAW_WRITER, &s.l), 0, "%s",
+		     rig_errmsg());
+	cr_assert_eq(pthread_create(&t, NULL, accept_one, &s), 0);
+	ch = raw_channel();
+	id = raw_resolve(ch, getenv("RIG_TEST_IP"), PORT_RAW_WRITER);
+	pd = ibv_alloc_pd(id->verbs);
+	cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
+	cr_assert(pd && cq);
+	ia.send_cq = ia.recv_cq = cq;
+	ia.cap.max_send_wr = ia.cap.max_recv_wr = 4;
+	ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+	ia.qp_type = IBV_QPT_RC;
+	ia.sq_sig_all = 1;
+	qp = ibv_create_qp(pd, &ia);
+	cr_assert_not_null(qp, "ibv_create_qp: %s", strerror(errno));
+	mr = ibv_reg_mr(pd, raw_buf, sizeof(raw_buf), IBV_ACCESS_LOCAL_WRITE);
+	cr_assert_not_null(mr);
+	memset(raw_buf, 0xa5, sizeof(raw_buf));
+	cr_assert_not_null(gi, "no GID index in the environment");
+	cr_assert_eq(ibv_query_gid(id->verbs, 1, atoi(gi), &gid), 0);
+	cr_assert_eq(ibv_query_port(id->verbs, 1, &pa), 0);
+	mine.qp = qp->qp_num;
+	mine.psn = 0x1234;
+	memcpy(mine.gid, gid.raw, 16);
+	rig_cm_pack(&mine, priv);
+	t_raw_param(&p, priv, RIG_CM_PRIVATE, qp->qp_num);
+	cr_assert_eq(rdma_connect(id, &p), 0, "rdma_connect: %s", strerror(errno));
+	raw_expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, NULL);
+	cr_assert_eq(rdma_establish(id), 0, "rdma_establish: %s", strerror(errno));
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(s.ret, 0, "rig_accept: %d", s.ret);
+	rig_qp_endpoint(s.qp, &theirs);
+	t_raw_connect(qp, atoi(gi), pa.active_mtu, mine.psn, theirs.qp, theirs.psn,
+		      theirs.gid);
+	cr_assert_eq(rig_qp_receive(s.qp, region.r, 0, 64), 0);
+
+	/* zero bytes: taken by the NIC, seen by nobody */
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.wr.rdma.remote_addr = (uintptr_t)region.r->addr;
+	wr.wr.rdma.rkey = region.r->rkey;
+	cr_assert_eq(ibv_post_send(qp, &wr, &bad), 0);
+	wc = raw_wc_of(cq);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS, "the zero-length write got %s",
+		     ibv_wc_status_str(wc.status));
+	cr_assert_eq(rig_qp_poll(s.qp, RIG_RECEIVE, &c), 0, "the write completed a receive");
+	cr_assert_eq(rig_qp_failure(s.qp, NULL), 0);
+	cr_assert(memcmp(region.mem, before, sizeof(before)) == 0, "the region changed");
+
+	/* 64 bytes with the stolen rkey: the region refuses */
+	sge = (struct ibv_sge){ (uintptr_t)raw_buf, sizeof(raw_buf), mr->lkey };
+	wr.wr_id = 2;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	cr_assert_eq(ibv_post_send(qp, &wr, &bad), 0);
+	wc = raw_wc_of(cq);
+	cr_assert_eq(wc.status, IBV_WC_REM_ACCESS_ERR, "the 64-byte write got %s (%d)",
+		     ibv_wc_status_str(wc.status), wc.status);
+	cr_assert(memcmp(region.mem, before, sizeof(before)) == 0, "the region changed");
+
+	cr_assert_eq(rig_qp_destroy(s.qp), 0);
+	ibv_destroy_qp(qp);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+	cr_assert_eq(rig_listener_close(s.l), 0);
+	cr_assert_eq(rig_nic_close(ln), 0);
 }

@@ -1062,7 +1062,8 @@ TestSuite(vanish_link, .timeout = 60, .init = t_stall_start, .fini = link_restor
 /*
  * M3, F3: the peer's link goes down (ip link set DEV down on its netdev).
  * No packet tells anyone: no disconnect request can cross, so only the
- * transport's retries can tell, and only a queue pair that sends. Of two
+ * transport's retries can tell, and only a queue pair that sends (with
+ * the loop's liveness probes off; with them on, R learns too: L1). Of two
  * connections to the peer, S posts receives and sends after the cut: its
  * send fails with -ETIMEDOUT (IBV_WC_RETRY_EXC_ERR) within the retry
  * bound, its other entries alike, in order. R, with only receives
@@ -1086,6 +1087,9 @@ Test(vanish_link, M3_F3_link_cut_only_a_sender_learns_by_retries)
 		cr_skip_test("the link cut needs the two-host topology");
 	peer_start(&p);
 	side_open(&s);
+	/* The transport's own rule (M3): the loop's liveness probes, which
+	 * would tell R too (L1, test_live), are off. */
+	cr_assert_eq(rig_loop_liveness(s.loop, 0), 0);
 	t_buf(&b, s.nic, (NRECV + NSEND) * MSG, 13);
 	side_connect(&s, &p, true, c, 2);
 	post(&c[0], &b, NRECV, 0);

@@ -15,9 +15,11 @@
  * While it lives, its loop watches it: when the peer leaves (its process
  * exits or is killed, it destroys its queue pair or closes its NIC), the
  * queue pair fails at once with -ECONNRESET, as an async event fails it
- * (rig(7) F1, F6), and the loop hands out RIG_NEWS_GONE. Queue pairs
- * connected by exchanging endpoints some other way learn it only from the
- * transport's retries, and only when they send.
+ * (rig(7) F1, F6), and the loop hands out RIG_NEWS_GONE. When the peer's
+ * host vanishes without a word, the loop's liveness probes fail it with
+ * -ETIMEDOUT, idle or not (rig_loop_liveness(), rig(7) L1). Queue pairs
+ * connected by exchanging endpoints some other way learn it only from
+ * the transport's retries, and only when they send.
  *
  * Two ways to drive the handshake, over the same steps:
  * - in a loop (loop.h): rig_loop_listen() and rig_loop_dial() never block

@@ -115,10 +115,11 @@ enum rig_news {
 				 * @qp NULL and @result -errno */
 	RIG_NEWS_GONE,		/* @qp's connection ended (@result: -ECONNRESET
 				 * when the peer left, -ENODEV when the device
-				 * went; a handshake that failed after its news:
-				 * also -ETIMEDOUT, -ECONNABORTED or the errno
-				 * of its last step); its rings report the
-				 * failure */
+				 * went, -ETIMEDOUT when a liveness probe found
+				 * the peer's host gone; a handshake that failed
+				 * after its news: also -ETIMEDOUT, -ECONNABORTED
+				 * or the errno of its last step); its rings
+				 * report the failure */
 	RIG_NEWS_CLOSED,	/* rig_qp_close(@qp, @cookie) is done: @result 0
 				 * (rig(7) D1 holds from now on), or -errno when
 				 * the NIC refused (D2); @qp is only a name now */
@@ -146,6 +147,23 @@ int rig_loop_open(struct rig_nic *nic, struct rig_loop **out);
  * (-EINVAL). Returns 0 or the first -errno met on the way.
  */
 int rig_loop_close(struct rig_loop *loop);
+
+/* The interval between liveness probes of a loop that rig_loop_open()
+ * made, in ms: a host that vanishes is noticed within two of them and
+ * the transport's retries (rig(7) LIVENESS). */
+#define RIG_LIVENESS_MS 2000
+
+/**
+ * rig_loop_liveness - probe @loop's idle connections every @ms
+ * milliseconds (0: never), so that a peer host that vanishes fails them
+ * with -ETIMEDOUT and RIG_NEWS_GONE even when they only receive
+ * (rig(7) LIVENESS)
+ *
+ * The probes run on the thread that handles the loop, which must be the
+ * one that posts and polls the send rings of its connections. Returns 0,
+ * or -EINVAL for a NULL @loop or @ms out of 0..86400000.
+ */
+int rig_loop_liveness(struct rig_loop *loop, int64_t ms);
 
 /** rig_nic_loop - the NIC's own loop, which rig_qp_make() uses */
 struct rig_loop *rig_nic_loop(struct rig_nic *nic);
