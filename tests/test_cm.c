@@ -690,8 +690,11 @@ Test(cm, listener_close_drops_a_connection_gone_before_accept_took_it, .timeout 
 
 /* ---- M4: who counts as local is not the peer's to say --------------------- */
 
-/* @qp grants its peer nothing: no remote access, no reads served, and
- * reads of its own are refused (P3) and post nothing. */
+/* @qp grants its peer nothing: no remote access but the write access the
+ * peer's zero-length liveness probes need (rig(7) L1; no region of rig
+ * grants remote write, so a write with bytes fails at the region:
+ * M4_L1_zero_length_write_taken_a_write_with_bytes_refused), no reads
+ * served, and reads of its own are refused (P3) and post nothing. */
 static void expect_remote(struct rig_qp *qp, struct rig_nic *nic, const char *who)
 {
 	struct ibv_qp_attr a;
@@ -702,8 +705,8 @@ static void expect_remote(struct rig_qp *qp, struct rig_nic *nic, const char *wh
 	cr_assert_eq(ibv_query_qp(qp->ibqp, &a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS |
 				  IBV_QP_MAX_DEST_RD_ATOMIC, &ia), 0);
 	cr_assert_eq(a.qp_state, IBV_QPS_RTS, "%s: state %d", who, a.qp_state);
-	cr_assert_eq(a.qp_access_flags, 0, "%s: the peer's claim got it access %#x", who,
-		     a.qp_access_flags);
+	cr_assert_eq(a.qp_access_flags & ~IBV_ACCESS_REMOTE_WRITE, 0,
+		     "%s: the peer's claim got it access %#x", who, a.qp_access_flags);
 	cr_assert_eq(a.max_dest_rd_atomic, 0, "%s: it serves %d reads of the peer's", who,
 		     a.max_dest_rd_atomic);
 	cr_assert_eq(qp->local, 0, "%s: counted as local", who);
