@@ -1677,7 +1677,6 @@ struct shared {
 	int timer_fd;			/* in every member's fd set */
 	int64_t timer_at;		/* its deadline, 0 when disarmed */
 	unsigned handshakes;		/* atomic: under way in all members */
-	unsigned most;			/* of them: RIG_CM_HANDSHAKES a member */
 };
 
 /* A request handed from the loop that read it to the one that serves it. */
@@ -1866,9 +1865,9 @@ static bool shared_read(struct rig_listener *p, int64_t end)
 		if (ev.type != RDMA_CM_EVENT_CONNECT_REQUEST)
 			continue;	/* the listener's own */
 		h = malloc(sizeof(*h));
-		/* Shed load over all members, as one listener does; each
-		 * member carries as many as a listener of its own would. */
-		if (!h || __atomic_add_fetch(&g->handshakes, 1, __ATOMIC_RELAXED) > g->most) {
+		/* Shed load over all members, as one listener does. */
+		if (!h || __atomic_add_fetch(&g->handshakes, 1, __ATOMIC_RELAXED) >
+			  RIG_CM_HANDSHAKES) {
 			if (h)
 				shared_unreserve(g);
 			rig__fail(h ? EAGAIN : ENOMEM, "rig_loops_listen: %s",
@@ -2134,7 +2133,6 @@ RIG_EXPORT __cold int rig_loops_listen(struct rig_loop *const *loops, int n, con
 	rig__list_init(&g->head.half_open);
 	rig__list_init(&g->head.accepted);
 	pthread_mutex_init(&g->lock, NULL);
-	g->most = (unsigned)n * RIG_CM_HANDSHAKES;
 	g->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (g->timer_fd < 0) {
 		ret = rig__fail(errno, "rig_loops_listen: timerfd_create: %s", strerror(errno));

@@ -93,7 +93,7 @@ int rig_loop_listen(struct rig_loop *loop, const char *addr, uint16_t port,
  * (RIG_NEWS_ACCEPTED with @cookie, its rings, RIG_NEWS_GONE) comes out of
  * that loop only. Any member that turns takes the requests; one handed to
  * a loop that has not turned for RIG_CM_STALL_MS (250 ms) goes to another.
- * RIG_CM_HANDSHAKES per member bounds the listener as a whole. rig_listener_close()
+ * RIG_CM_HANDSHAKES bounds the listener as a whole. rig_listener_close()
  * may be called from any thread; each member lets go of the listener on
  * its own next turn. A member loop that closes leaves the listener.
  *
