@@ -1888,6 +1888,25 @@ static bool shared_read(struct rig_listener *p, int64_t end)
 	}
 }
 
+/* Moves the requests handed to @loop for part @p (NULL: for any part)
+ * from its inbox to @got, in the order they came. */
+static void inbox_take(struct rig_loop *loop, const struct rig_listener *p,
+		       struct rig__list *got)
+{
+	struct rig__list *e, *after;
+
+	rig__list_init(got);
+	pthread_mutex_lock(&loop->inbox_lock);
+	for (e = loop->cm_inbox.next; e != &loop->cm_inbox; e = after) {
+		after = e->next;
+		if (p && container_of(e, struct handoff, link)->part != p)
+			continue;
+		rig__list_del(e);
+		rig__list_add(got->prev, e);
+	}
+	pthread_mutex_unlock(&loop->inbox_lock);
+}
+
 /* Takes what other loops (or this one) handed @loop: each request is
  * accepted here as rig_loop_listen's loop accepts. cm_lock held. */
 static void take_inbox(struct rig_loop *loop)
@@ -1895,15 +1914,7 @@ static void take_inbox(struct rig_loop *loop)
 	struct rig__list got;
 	struct handoff *h;
 
-	rig__list_init(&got);
-	pthread_mutex_lock(&loop->inbox_lock);
-	while (loop->cm_inbox.next != &loop->cm_inbox) {
-		struct rig__list *e = loop->cm_inbox.next;
-
-		rig__list_del(e);
-		rig__list_add(got.prev, e);
-	}
-	pthread_mutex_unlock(&loop->inbox_lock);
+	inbox_take(loop, NULL, &got);
 	while (got.next != &got) {
 		h = container_of(got.next, struct handoff, link);
 		rig__list_del(&h->link);
@@ -1938,7 +1949,6 @@ static void part_drop(struct rig_listener *p)
 	bool last;
 	int i;
 
-	rig__list_init(&got);
 	pthread_mutex_lock(&g->lock);
 	for (i = 0; i < g->n; i++)
 		if (g->parts[i] == p) {
@@ -1949,15 +1959,7 @@ static void part_drop(struct rig_listener *p)
 		g->rr = 0;
 	rig__events_unwatch_fd(loop, g->head.ch->fd);
 	rig__events_unwatch_fd(loop, g->timer_fd);
-	pthread_mutex_lock(&loop->inbox_lock);
-	for (e = loop->cm_inbox.next; e != &loop->cm_inbox; e = after) {
-		after = e->next;
-		if (container_of(e, struct handoff, link)->part != p)
-			continue;
-		rig__list_del(e);
-		rig__list_add(got.prev, e);
-	}
-	pthread_mutex_unlock(&loop->inbox_lock);
+	inbox_take(loop, p, &got);
 	while (got.next != &got) {
 		h = container_of(got.next, struct handoff, link);
 		rig__list_del(&h->link);
