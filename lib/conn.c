@@ -176,11 +176,14 @@ struct conn {
 };
 
 /* What a step needs of an event, copied so the event can be acked first
- * (rdma_destroy_id waits for the acks of its events). */
+ * (rdma_destroy_id waits for the acks of its events). The id's context
+ * is copied too: once the event is acked, a connection's id may be
+ * destroyed by the helper (release) and must not be read. */
 struct cm_ev {
 	enum rdma_cm_event_type type;
 	int status;
 	struct rdma_cm_id *id, *listen_id;
+	void *context;
 	uint8_t priv[64];
 	size_t priv_len;
 };
@@ -615,23 +618,43 @@ static void off_loop(struct conn *c, enum conn_state state, int (*slow)(struct c
 	then(c, slow(c));
 }
 
-/* The queue pair goes (rig_qp_destroy, rig_nic_close): so does its
- * connection. Under cm_lock no event of the id is being handled: every
- * one read is acked, so destroying the id cannot wait. */
+/*
+ * The queue pair goes (rig_qp_destroy, rig_nic_close, rig_qp_close's
+ * helper): so does its connection. The id is taken from it under
+ * cm_lock, with no context left, and destroyed after: the loop's thread
+ * takes cm_lock for each rdma_cm event, and a disconnect and a destroy
+ * wait for the kernel (and its CM's messages to the peer). An event of
+ * the id that the loop reads meanwhile finds no connection and is acked
+ * at once, so the destroy, which waits for those acks, never waits for
+ * the lock.
+ */
 static void release(struct rig__qp_owner *o)
 {
 	struct conn *c = container_of(o, struct conn, qp_owner);
 	struct rig_loop *loop = c->loop;
+	struct rdma_cm_id *id;
+	bool established;
 
 	pthread_mutex_lock(&loop->cm_lock);
 	c->qp = NULL;		/* its destroyer frees it */
+	handshake_over(c, -ECONNABORTED);	/* with the peer's address */
+	id = c->id;
+	established = c->established;
+	if (id) {
+		forget_kept(loop, id);
+		id->context = NULL;
+		c->id = NULL;
+	}
+	conn_end(c);
+	pthread_mutex_unlock(&loop->cm_lock);
+	if (!id)
+		return;
 	/* A handshake handed out early and never done is rejected by the
 	 * id's destroy, as a dropped one: a disconnect there could make the
 	 * destroy wait in the kernel. */
-	if (c->established)
-		rdma_disconnect(c->id);
-	conn_end(c);
-	pthread_mutex_unlock(&loop->cm_lock);
+	if (established)
+		rdma_disconnect(id);
+	rdma_destroy_id(id);
 }
 
 /* A liveness probe found the peer's host gone: the queue pair failed
@@ -1127,7 +1150,8 @@ static void take_event(struct rdma_cm_event *raw, struct cm_ev *ev)
 	const uint8_t *priv = raw->param.conn.private_data;
 	size_t len = priv ? raw->param.conn.private_data_len : 0, i;
 
-	*ev = (struct cm_ev){ raw->event, raw->status, raw->id, raw->listen_id, { 0 }, 0 };
+	*ev = (struct cm_ev){ raw->event, raw->status, raw->id, raw->listen_id,
+			      raw->id->context, { 0 }, 0 };
 	/* The transport pads private data with zeros: keep what fits, and
 	 * only if the rest is padding (else it is not a rig endpoint). */
 	ev->priv_len = len < sizeof(ev->priv) ? len : sizeof(ev->priv);
@@ -1150,7 +1174,7 @@ static void step(const struct cm_ev *ev)
 		accept_request(ev->listen_id->context, ev);
 		return;
 	}
-	c = ev->id->context;
+	c = ev->context;
 	if (c && c->kind == CM_CONN) {
 		loop = c->loop;		/* the step may free c */
 		conn_step(c, ev);
@@ -1181,7 +1205,7 @@ static void conn_note(struct rig_loop *loop, struct rdma_cm_event *raw)
 		return;
 	}
 	take_event(raw, &k->ev);
-	c = k->ev.type == RDMA_CM_EVENT_CONNECT_REQUEST ? NULL : k->ev.id->context;
+	c = k->ev.type == RDMA_CM_EVENT_CONNECT_REQUEST ? NULL : k->ev.context;
 	if (c && c->kind == CM_CONN && c->state == CONN_UP && departure(k->ev.type))
 		rig__events_fail_qp(c->qp, departure_err(k->ev.type),
 				    departure_why(k->ev.type));

@@ -216,9 +216,16 @@ static bool take_one(struct rig_loop *loop, struct rig__qp **qp_out, int *side_o
 	void *ctx;
 	int side;
 
-	if (ibv_get_cq_event(loop->channel, &cq, &ctx))
-		return false;
-	qp = ctx;
+	for (;;) {
+		if (ibv_get_cq_event(loop->channel, &cq, &ctx))
+			return false;
+		qp = ctx;
+		if (!qp->forgotten)
+			break;
+		/* Its destroyer waits for this ack, holding no lock:
+		 * nothing of it may be touched after it. */
+		ibv_ack_cq_events(cq, 1);
+	}
 	side = cq == qp->pub.ring[RIG_RECEIVE].cq;
 	/* The event used up the arming (wait.c arms again). */
 	__atomic_and_fetch(&qp->armed, ~(1u << side), __ATOMIC_RELEASE);
@@ -401,9 +408,12 @@ void rig__events_add(struct rig__qp *qp)
 
 /*
  * ibv_destroy_cq waits until every completion event read from the channel
- * for the CQ is acked. Everyone reads the channel under the loop's lock,
- * so holding it from the last read to the destroy leaves no event read
- * and unacked; the kernel drops those still unread.
+ * for the CQ is acked; the kernel drops those still unread. Everyone
+ * reads the channel under the loop's lock: the events read so far are
+ * acked here, and once the queue pair is forgotten its reader acks each
+ * one as it reads it (take_one). So the destroy runs without the lock:
+ * it is a command to the NIC's firmware (bnxt_re, mlx5) that can take
+ * milliseconds, and the loop's thread takes the lock for every hand-out.
  */
 void rig__events_forget(struct rig__qp *qp, void (*destroy_cqs)(struct rig__qp *))
 {
@@ -411,16 +421,16 @@ void rig__events_forget(struct rig__qp *qp, void (*destroy_cqs)(struct rig__qp *
 	int side;
 
 	pthread_mutex_lock(&loop->lock);
-	rig__events_take_locked(loop);
 	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
 		if (qp->unacked[side])
 			ibv_ack_cq_events(qp->pub.ring[side].cq, qp->unacked[side]);
 		qp->unacked[side] = 0;
 	}
+	qp->forgotten = true;
 	loop->watcher->forget(loop->watcher, qp);
-	destroy_cqs(qp);
 	loop->watcher->done(loop->watcher);
 	pthread_mutex_unlock(&loop->lock);
+	destroy_cqs(qp);
 }
 
 void rig__events_set_sleeper(struct rig__qp *qp, int side, struct rig__consumer *c)

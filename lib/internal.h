@@ -298,6 +298,9 @@ struct rig__qp {
 	 * the thread sleeping in rig_qp_wait, or NULL. */
 	unsigned unacked[2];
 	struct rig__consumer *sleeper[2];
+	/* Its CQs are being destroyed (events_forget): whoever reads one of
+	 * their events acks it at once and tells nobody. Under the lock. */
+	bool forgotten;
 	struct rig__news news[2];	/* loop.c: each ring's place in the news */
 	/* wait.c: the rings a wait armed whose event nobody has read yet
 	 * (1 << side; events.c clears a bit when it reads the event), each

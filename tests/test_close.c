@@ -8,7 +8,12 @@
  * comes before libibverbs'): a destroy of the queue pair named in
  * gate.hold waits until the test opens the gate, so the helper thread is
  * held inside a destroy for as long as a test needs, with no timing
- * window. Every destroy still reaches the real device.
+ * window. It interposes ibv_destroy_cq and rdma_destroy_id the same way
+ * (held.what): the other kernel steps of a close, each a command to the
+ * NIC's firmware or a message to the peer's CM on bnxt_re and mlx5,
+ * which can take milliseconds there; Soft-RoCE does them in software, in
+ * microseconds, so only a gate shows what the loop's thread waits for.
+ * Every destroy still reaches the real device.
  */
 #include <criterion/criterion.h>
 #include <dlfcn.h>
@@ -19,6 +24,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <time.h>
+
+#include <rdma/rdma_cma.h>
 
 #include "t_device.h"
 
@@ -49,6 +56,71 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	}
 	pthread_mutex_unlock(&gate.lock);
 	return ret;
+}
+
+/*
+ * The other gate: the first ibv_destroy_cq or rdma_destroy_id (held.what)
+ * that a thread other than the test's makes once the gate is armed waits
+ * until the test opens it, or until the watchdog does, 20 s after it was
+ * entered: then the test's thread was stuck (in the loop's lock, say),
+ * and the test fails on held.forced rather than hanging.
+ */
+enum held_step { HOLD_NONE, HOLD_DESTROY_CQ, HOLD_DESTROY_ID };
+
+static struct {
+	enum held_step what;	/* armed for this step; HOLD_NONE once entered */
+	pthread_t test;
+	sem_t in, open;
+	sem_t calm;		/* the test is past its checks: no watchdog */
+	bool forced;		/* the watchdog opened it */
+	pthread_t watchdog;
+} held;
+
+static bool hold_here(enum held_step step)
+{
+	enum held_step want = step;
+
+	if (pthread_equal(pthread_self(), held.test) ||
+	    !__atomic_compare_exchange_n(&held.what, &want, HOLD_NONE, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return false;
+	sem_post(&held.in);
+	sem_wait(&held.open);
+	return true;
+}
+
+int ibv_destroy_cq(struct ibv_cq *cq)
+{
+	int (*real)(struct ibv_cq *) =
+		(int (*)(struct ibv_cq *))dlsym(RTLD_NEXT, "ibv_destroy_cq");
+
+	hold_here(HOLD_DESTROY_CQ);
+	return real(cq);
+}
+
+int rdma_destroy_id(struct rdma_cm_id *id)
+{
+	int (*real)(struct rdma_cm_id *) =
+		(int (*)(struct rdma_cm_id *))dlsym(RTLD_NEXT, "rdma_destroy_id");
+
+	hold_here(HOLD_DESTROY_ID);
+	return real(id);
+}
+
+static void *held_watchdog(void *arg)
+{
+	struct timespec ts;
+
+	(void)arg;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 20;
+	while (sem_timedwait(&held.calm, &ts))
+		if (errno == ETIMEDOUT) {
+			__atomic_store_n(&held.forced, true, __ATOMIC_RELEASE);
+			sem_post(&held.open);
+			break;
+		}
+	return NULL;
 }
 
 static bool destroyed(struct ibv_qp *qp, pthread_t *by)
@@ -457,4 +529,222 @@ Test(close, news_among_a_stream_through_epoll, .timeout = 120)
 Test(close, news_among_a_stream_through_io_uring, .timeout = 120)
 {
 	stream_run(true);
+}
+
+/*
+ * Teardown off the loop (rig(7) D3) means off the loop's thread for all
+ * of it: the loop hands out news while the helper is held inside each
+ * kernel step of a close. A server loop (the peer's NIC across the two
+ * hosts) accepted three connections dialed from a client loop; the
+ * server closes the first, and its helper is held inside that close's
+ * rdma_destroy_id (or ibv_destroy_cq). Meanwhile the client sends on the
+ * second connection, and the server's loop must hand out its receive
+ * ring's news (a loop that waits for its lock behind the destroy would
+ * not), and the client destroys the third, whose departure (an rdma_cm
+ * event, taken under the loop's connection lock) must come out of the
+ * server's loop as RIG_NEWS_GONE -ECONNRESET. Only then is the gate
+ * opened, and the close's RIG_NEWS_CLOSED follows.
+ */
+enum { HELD_CONNS = 3, HELD_PORT = 18731 };
+
+struct held_run {
+	struct rig_nic *cnic, *snic;
+	struct rig_loop *cl, *sl;
+	struct rig_listener *l;
+	struct rig_qp *c[HELD_CONNS], *s[HELD_CONNS];
+	int nc, ns;
+	struct t_buf tx, rx;
+};
+
+/* Turns both loops, each piece of news to @done, until @done says so or
+ * @ms pass. Returns whether @done said so. */
+static bool held_turn(struct held_run *h, int ms,
+		      bool (*done)(struct held_run *, const struct rig_ready *, bool server))
+{
+	struct timespec ms1 = { 0, 1000000 };
+	double end = now_ms() + ms;
+	struct rig_ready r[8];
+	int n, i, side;
+
+	while (now_ms() < end) {
+		for (side = 0; side < 2; side++) {
+			n = rig_loop_handle(side ? h->sl : h->cl, r, 8);
+			cr_assert_geq(n, 0, "rig_loop_handle: %s", rig_errmsg());
+			for (i = 0; i < n; i++)
+				if (done(h, &r[i], side))
+					return true;
+		}
+		nanosleep(&ms1, NULL);
+	}
+	return false;
+}
+
+static bool all_up(struct held_run *h, const struct rig_ready *r, bool server)
+{
+	if (r->news == RIG_NEWS_ACCEPTED && server) {
+		cr_assert_eq(r->result, 0);
+		h->s[h->ns++] = r->qp;
+	} else if (r->news == RIG_NEWS_DIALED && !server) {
+		cr_assert_eq(r->result, 0, "dial %llu: %d", (unsigned long long)r->cookie,
+			     r->result);
+		h->c[r->cookie] = r->qp;
+		h->nc++;
+	}
+	return h->nc == HELD_CONNS && h->ns == HELD_CONNS;
+}
+
+static bool only_rings(struct held_run *h, const struct rig_ready *r, bool server)
+{
+	(void)h;
+	(void)server;
+	cr_assert_eq(r->news, RIG_NEWS_RING, "news %d", r->news);
+	return false;
+}
+
+static struct rig_qp *held_expect_qp;
+
+static bool got_ring(struct held_run *h, const struct rig_ready *r, bool server)
+{
+	(void)h;
+	if (!server)
+		return false;
+	cr_assert_eq(r->news, RIG_NEWS_RING, "server news %d while the close is held", r->news);
+	cr_assert_eq(r->qp, held_expect_qp);
+	return r->side == RIG_RECEIVE;
+}
+
+static bool got_gone(struct held_run *h, const struct rig_ready *r, bool server)
+{
+	(void)h;
+	if (!server)
+		return false;
+	if (r->news == RIG_NEWS_RING)
+		return false;
+	cr_assert_eq(r->news, RIG_NEWS_GONE, "server news %d while the close is held", r->news);
+	cr_assert_eq(r->qp, held_expect_qp);
+	cr_assert_eq(r->result, -ECONNRESET, "%d", r->result);
+	return true;
+}
+
+static bool got_closed(struct held_run *h, const struct rig_ready *r, bool server)
+{
+	(void)h;
+	if (!server || r->news == RIG_NEWS_RING)
+		return false;
+	cr_assert_eq(r->news, RIG_NEWS_CLOSED, "server news %d", r->news);
+	cr_assert_eq(r->qp, held_expect_qp);
+	cr_assert_eq(r->cookie, 77);
+	cr_assert_eq(r->result, 0);
+	return true;
+}
+
+static void held_close_run(enum held_step step)
+{
+	const char *sip = getenv(t_peer_dev() ? "RIG_TEST_PEER_IP" : "RIG_TEST_IP");
+	struct held_run h = { 0 };
+	struct rig_completion c;
+	struct rig_qp *t;
+	int i, k, ret;
+
+	cr_assert(sip, "no $RIG_TEST_IP: run in the test VM (tests/rxe-vm)");
+	h.cnic = t_nic_open(t_dev());
+	h.snic = t_peer_dev() ? t_nic_open(t_peer_dev()) : h.cnic;
+	cr_assert_eq(rig_loop_open(h.cnic, &h.cl), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_open(h.snic, &h.sl), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_watch(h.cl), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_watch(h.sl), 0, "%s", rig_errmsg());
+	ret = rig_loop_listen(h.sl, sip, HELD_PORT + step, 5, &h.l);
+	cr_assert_eq(ret, 0, "rig_loop_listen(%s): %s", sip, rig_errmsg());
+	for (i = 0; i < HELD_CONNS; i++)
+		cr_assert_eq(rig_loop_dial(h.cl, sip, HELD_PORT + step, 30000000, (uint64_t)i),
+			     0, "%s", rig_errmsg());
+	cr_assert(held_turn(&h, 60000, all_up), "%d dialed, %d accepted", h.nc, h.ns);
+	/* Which accepted queue pair is which dial's: a message from each
+	 * client's in turn tells. */
+	t_buf(&h.rx, h.snic, 64, 3);
+	t_buf(&h.tx, h.cnic, 64, 4);
+	for (i = 0; i < HELD_CONNS; i++)
+		cr_assert_eq(rig_qp_receive(h.s[i], h.rx.r, 0, 64), 0, "%s", rig_errmsg());
+	for (k = 0; k < HELD_CONNS; k++) {
+		cr_assert_eq(rig_qp_send(h.c[k], h.tx.r, 0, 64), 0, "%s", rig_errmsg());
+		c = t_take(h.c[k], RIG_SEND, 10000);
+		cr_assert_eq(c.error, 0, "%s", c.why);
+		for (i = k; i < HELD_CONNS; i++)
+			if (rig_qp_poll(h.s[i], RIG_RECEIVE, &c) == 1)
+				break;
+		cr_assert_lt(i, HELD_CONNS, "no accepted queue pair took dial %d's message", k);
+		cr_assert_eq(c.error, 0, "%s", c.why);
+		t = h.s[k];
+		h.s[k] = h.s[i];
+		h.s[i] = t;
+		cr_assert_eq(rig_qp_receive(h.s[k], h.rx.r, 0, 64), 0, "%s", rig_errmsg());
+	}
+	held_turn(&h, 300, only_rings);	/* the news of those */
+
+	/* Arm, close one of the other two; the helper enters the step. */
+	held.test = pthread_self();
+	held.forced = false;
+	sem_init(&held.in, 0, 0);
+	sem_init(&held.open, 0, 0);
+	sem_init(&held.calm, 0, 0);
+	__atomic_store_n(&held.what, step, __ATOMIC_RELEASE);
+	held_expect_qp = h.s[0];
+	cr_assert_eq(rig_qp_close(h.s[0], 77), 0, "%s", rig_errmsg());
+	{
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 20;
+		cr_assert_eq(sem_timedwait(&held.in, &ts), 0, "the helper never reached %s",
+			     step == HOLD_DESTROY_CQ ? "ibv_destroy_cq" : "rdma_destroy_id");
+	}
+	cr_assert_eq(pthread_create(&held.watchdog, NULL, held_watchdog, NULL), 0);
+
+	/* Held: a message on the second connection comes out as news. */
+	held_expect_qp = h.s[1];
+	cr_assert_eq(rig_qp_send(h.c[1], h.tx.r, 0, 64), 0, "%s", rig_errmsg());
+	cr_assert(held_turn(&h, 30000, got_ring), "no ring news of the second connection");
+	cr_assert_not(__atomic_load_n(&held.forced, __ATOMIC_ACQUIRE),
+		      "the server's loop handed out its ring news only once the watchdog "
+		      "let the close's %s go: it waited for it",
+		      step == HOLD_DESTROY_CQ ? "ibv_destroy_cq" : "rdma_destroy_id");
+	cr_assert_eq(rig_qp_poll(h.s[1], RIG_RECEIVE, &c), 1);
+	cr_assert_eq(c.error, 0, "%s", c.why);
+	/* Held: the third's client leaves, and the server's loop says so. */
+	held_expect_qp = h.s[2];
+	cr_assert_eq(rig_qp_destroy(h.c[2]), 0, "%s", rig_errmsg());
+	cr_assert(held_turn(&h, 30000, got_gone), "no RIG_NEWS_GONE of the third connection");
+	cr_assert_not(__atomic_load_n(&held.forced, __ATOMIC_ACQUIRE),
+		      "the server's loop handed out a departure only once the watchdog "
+		      "let the close's %s go: it waited for it",
+		      step == HOLD_DESTROY_CQ ? "ibv_destroy_cq" : "rdma_destroy_id");
+
+	/* Open: the close ends, as news. */
+	sem_post(&held.calm);
+	pthread_join(held.watchdog, NULL);
+	if (!held.forced)
+		sem_post(&held.open);
+	held_expect_qp = h.s[0];
+	cr_assert(held_turn(&h, 30000, got_closed), "no RIG_NEWS_CLOSED");
+
+	cr_assert_eq(rig_qp_destroy(h.s[2]), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_destroy(h.s[1]), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_destroy(h.c[1]), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_destroy(h.c[0]), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_listener_close(h.l), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_close(h.sl), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_close(h.cl), 0, "%s", rig_errmsg());
+	if (h.snic != h.cnic)
+		cr_assert_eq(rig_nic_close(h.snic), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_nic_close(h.cnic), 0, "%s", rig_errmsg());
+}
+
+Test(close, loop_turns_while_the_helper_is_held_in_rdma_destroy_id, .timeout = 180)
+{
+	held_close_run(HOLD_DESTROY_ID);
+}
+
+Test(close, loop_turns_while_the_helper_is_held_in_ibv_destroy_cq, .timeout = 180)
+{
+	held_close_run(HOLD_DESTROY_CQ);
 }
