@@ -65,6 +65,11 @@
  * refused as it arrives (no memory for it), which is rare and cheap to
  * keep simple.
  *
+ * What that costs a thread is in the stats line: closes= the departed
+ * clients closed so far, close_us= the time the threads spent in those
+ * calls, close_max_us= the longest one pass (the clients of one batch of
+ * news) held its thread.
+ *
  * Thread 0 also reads a signalfd (SIGINT, SIGTERM: stop; SIGUSR1: print a
  * stats line) and counts a 1 s tick (an io_uring timeout; -v prints the
  * stats line at each). Stopping writes an eventfd every thread polls. Each
@@ -167,6 +172,8 @@ struct ec_server {
 	atomic_int clients;
 	atomic_bool trim_due;		/* clients went since the last trim */
 	atomic_bool setup_failed;
+	/* the departed clients' closes, in the loop threads (ec_bury) */
+	atomic_ullong closes, close_ns, close_max_ns;
 	pthread_barrier_t ready;
 	struct ec_thread th[EC_THREADS_MAX];
 };
@@ -263,9 +270,12 @@ static void ec_stats(struct ec_server *s)
 
 	ec_trim(s, true);
 	mi = mallinfo2();
-	ec_log("stats: clients=%d fds=%d rss_kib=%ld anon_kib=%ld heap_kib=%zu",
+	ec_log("stats: clients=%d fds=%d rss_kib=%ld anon_kib=%ld heap_kib=%zu "
+	       "closes=%llu close_us=%llu close_max_us=%llu",
 	       atomic_load(&s->clients), ec_fd_count(), ec_status_kib("VmRSS"),
-	       ec_status_kib("RssAnon"), (mi.uordblks + mi.hblkhd) / 1024);
+	       ec_status_kib("RssAnon"), (mi.uordblks + mi.hblkhd) / 1024,
+	       atomic_load(&s->closes), atomic_load(&s->close_ns) / 1000,
+	       atomic_load(&s->close_max_ns) / 1000);
 }
 
 /* ---- the io_uring ------------------------------------------------------ */
@@ -507,6 +517,25 @@ static void ec_closed(struct ec_thread *t, struct ec_conn *c)
 	atomic_fetch_sub(&s->clients, 1);
 }
 
+static uint64_t ec_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Counts @n closes that held the thread @ns. */
+static void ec_count_closes(struct ec_server *s, unsigned int n, uint64_t ns)
+{
+	unsigned long long max = atomic_load(&s->close_max_ns);
+
+	atomic_fetch_add(&s->closes, n);
+	atomic_fetch_add(&s->close_ns, ns);
+	while (ns > max && !atomic_compare_exchange_weak(&s->close_max_ns, &max, ns))
+		;
+}
+
 /*
  * Reports, then closes, the queue pairs that went during the last news:
  * every line first, so that a client's report waits for no close.
@@ -516,8 +545,12 @@ static void ec_bury(struct ec_thread *t)
 	struct ec_server *s = t->s;
 	struct ec_conn *c, *doomed = t->doomed;
 	struct rig_qp_peer peer;
+	unsigned int n = 0;
+	uint64_t t0;
 	int err, wc, ret;
 
+	if (!doomed)
+		return;
 	t->doomed = NULL;
 	for (c = doomed; c; c = c->next_doomed) {
 		/* what its rings still report: the failure and its reason */
@@ -535,8 +568,10 @@ static void ec_bury(struct ec_thread *t)
 		       c->gone ? strerror(-c->gone) : "failed", c->gone ? c->gone
 		       : c->error, err, wc, c->why ? c->why : "none");
 	}
+	t0 = ec_now_ns();
 	while ((c = doomed)) {
 		doomed = c->next_doomed;
+		n++;
 		/* its memory goes at RIG_NEWS_CLOSED (ec_closed) */
 		c->closing = true;
 		ret = rig_qp_close(c->qp, (uint64_t)(uintptr_t)c);
@@ -548,6 +583,8 @@ static void ec_bury(struct ec_thread *t)
 			ec_closed(t, c);
 		}
 	}
+	if (n)
+		ec_count_closes(s, n, ec_now_ns() - t0);
 }
 
 static void ec_on_news(struct ec_thread *t, const struct rig_ready *r)
