@@ -66,9 +66,12 @@
  * keep simple.
  *
  * What that costs a thread is in the stats line: closes= the departed
- * clients closed so far, close_us= the time the threads spent in those
- * calls, close_max_us= the longest one pass (the clients of one batch of
- * news) held its thread.
+ * clients closed so far; close_cpu_us= the CPU time the threads spent in
+ * those calls (CLOCK_THREAD_CPUTIME_ID: what the close itself costs)
+ * and close_us= the wall time (which also counts a thread the machine
+ * did not run meanwhile, say while the helper thread destroyed);
+ * close_cpu_max_us= and close_max_us= the longest one pass (the clients
+ * of one batch of news) held its thread, each way.
  *
  * Thread 0 also reads a signalfd (SIGINT, SIGTERM: stop; SIGUSR1: print a
  * stats line) and counts a 1 s tick (an io_uring timeout; -v prints the
@@ -173,7 +176,7 @@ struct ec_server {
 	atomic_bool trim_due;		/* clients went since the last trim */
 	atomic_bool setup_failed;
 	/* the departed clients' closes, in the loop threads (ec_bury) */
-	atomic_ullong closes, close_ns, close_max_ns;
+	atomic_ullong closes, close_ns, close_max_ns, close_cpu_ns, close_cpu_max_ns;
 	pthread_barrier_t ready;
 	struct ec_thread th[EC_THREADS_MAX];
 };
@@ -271,11 +274,13 @@ static void ec_stats(struct ec_server *s)
 	ec_trim(s, true);
 	mi = mallinfo2();
 	ec_log("stats: clients=%d fds=%d rss_kib=%ld anon_kib=%ld heap_kib=%zu "
-	       "closes=%llu close_us=%llu close_max_us=%llu",
+	       "closes=%llu close_cpu_us=%llu close_cpu_max_us=%llu close_us=%llu "
+	       "close_max_us=%llu",
 	       atomic_load(&s->clients), ec_fd_count(), ec_status_kib("VmRSS"),
 	       ec_status_kib("RssAnon"), (mi.uordblks + mi.hblkhd) / 1024,
-	       atomic_load(&s->closes), atomic_load(&s->close_ns) / 1000,
-	       atomic_load(&s->close_max_ns) / 1000);
+	       atomic_load(&s->closes), atomic_load(&s->close_cpu_ns) / 1000,
+	       atomic_load(&s->close_cpu_max_ns) / 1000,
+	       atomic_load(&s->close_ns) / 1000, atomic_load(&s->close_max_ns) / 1000);
 }
 
 /* ---- the io_uring ------------------------------------------------------ */
@@ -517,23 +522,31 @@ static void ec_closed(struct ec_thread *t, struct ec_conn *c)
 	atomic_fetch_sub(&s->clients, 1);
 }
 
-static uint64_t ec_now_ns(void)
+static uint64_t ec_clock_ns(clockid_t clock)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(clock, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Counts @n closes that held the thread @ns. */
-static void ec_count_closes(struct ec_server *s, unsigned int n, uint64_t ns)
+static void ec_add_max(atomic_ullong *sum, atomic_ullong *max, uint64_t ns)
 {
-	unsigned long long max = atomic_load(&s->close_max_ns);
+	unsigned long long m = atomic_load(max);
 
-	atomic_fetch_add(&s->closes, n);
-	atomic_fetch_add(&s->close_ns, ns);
-	while (ns > max && !atomic_compare_exchange_weak(&s->close_max_ns, &max, ns))
+	atomic_fetch_add(sum, ns);
+	while (ns > m && !atomic_compare_exchange_weak(max, &m, ns))
 		;
+}
+
+/* Counts @n closes that held the thread @ns of wall time, @cpu_ns of its
+ * CPU time. */
+static void ec_count_closes(struct ec_server *s, unsigned int n, uint64_t ns,
+			    uint64_t cpu_ns)
+{
+	atomic_fetch_add(&s->closes, n);
+	ec_add_max(&s->close_ns, &s->close_max_ns, ns);
+	ec_add_max(&s->close_cpu_ns, &s->close_cpu_max_ns, cpu_ns);
 }
 
 /*
@@ -546,7 +559,7 @@ static void ec_bury(struct ec_thread *t)
 	struct ec_conn *c, *doomed = t->doomed;
 	struct rig_qp_peer peer;
 	unsigned int n = 0;
-	uint64_t t0;
+	uint64_t t0, cpu0;
 	int err, wc, ret;
 
 	if (!doomed)
@@ -568,7 +581,8 @@ static void ec_bury(struct ec_thread *t)
 		       c->gone ? strerror(-c->gone) : "failed", c->gone ? c->gone
 		       : c->error, err, wc, c->why ? c->why : "none");
 	}
-	t0 = ec_now_ns();
+	t0 = ec_clock_ns(CLOCK_MONOTONIC);
+	cpu0 = ec_clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	while ((c = doomed)) {
 		doomed = c->next_doomed;
 		n++;
@@ -584,7 +598,8 @@ static void ec_bury(struct ec_thread *t)
 		}
 	}
 	if (n)
-		ec_count_closes(s, n, ec_now_ns() - t0);
+		ec_count_closes(s, n, ec_clock_ns(CLOCK_MONOTONIC) - t0,
+				ec_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0);
 }
 
 static void ec_on_news(struct ec_thread *t, const struct rig_ready *r)
