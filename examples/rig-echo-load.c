@@ -51,8 +51,22 @@
  * message it has in flight is in, and the process ends as if that had
  * been its last message (a connection not yet up fails). With -l it
  * prints every round trip as it ends, "[seconds.micros] round trip US
- * us ...", so that a test can see what a connection met at any moment,
- * not only its worst.
+ * us, stall ST us ...", so that a test can see what a connection met at
+ * any moment, not only its worst.
+ *
+ * The stall meter (-l). On a shared host the machine itself stops our
+ * threads: a virtual CPU the host does not run, or one the guest's
+ * kernel keeps busy, holds a round trip up however quick the server is.
+ * That is measured, not guessed: one meter thread per CPU, pinned to it
+ * and at SCHED_FIFO's top priority where we may (no thread of ours or of
+ * anyone's can keep it waiting; only the machine can), asks to wake
+ * every millisecond. A wake-up more than EL_STALL_NS late is a stall:
+ * that CPU ran nothing of user space from the asked-for wake-up until
+ * the late one. ST is how long, within the round trip, at least one CPU
+ * was so stalled (the union of every meter's stalls, clipped to the
+ * trip): time the machine, not the server, may have taken. A server
+ * that holds its thread is no stall: its CPU runs, and the meter on it
+ * preempts it.
  *
  * Build:
  *	cc -O2 -pthread -o rig-echo-load rig-echo-load.c \
@@ -63,6 +77,7 @@
 #include <getopt.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -87,6 +102,10 @@
 #define EL_REDIAL_MAX_MS 1000	/* doubling up to this */
 #define EL_REPLY_MS 30000	/* -w's default */
 #define EL_TICK_MAX_MS 1000	/* the reply timer's period, at most */
+#define EL_METER_NS 1000000ull	/* -l: each meter's period */
+#define EL_STALL_NS 2000000ull	/* a gap longer than this is a stall */
+#define EL_STALLS 4096		/* the stalls a meter keeps, the newest */
+#define EL_METERS_MAX 64
 
 /* user_data of the SQEs: the kind, and for EL_NEXT and EL_REDIAL the
  * connection's index in its thread */
@@ -130,6 +149,22 @@ struct el_conn {
 	struct __kernel_timespec pause;	/* before the next dial */
 };
 
+/* [from, to) in CLOCK_MONOTONIC ns */
+struct el_span {
+	uint64_t from, to;
+};
+
+/* -l: one CPU's stall meter */
+struct el_meter {
+	int cpu;
+	pthread_t tid;
+	bool started;
+	pthread_mutex_t lock;		/* of what follows */
+	uint64_t last;			/* its last wake-up */
+	unsigned long long n;		/* stalls so far: the last EL_STALLS kept */
+	struct el_span stall[EL_STALLS];
+};
+
 struct el_load;
 
 struct el_thread {
@@ -150,6 +185,7 @@ struct el_thread {
 	struct el_conn *bucket[EL_BUCKETS];
 	uint8_t *want;			/* scratch: the expected reply */
 	uint64_t *lat;			/* half round trips, ns */
+	struct el_span *spans;		/* -l: el_stalled's scratch */
 	unsigned int seed;		/* of the redials' jitter */
 	size_t nlat;
 	unsigned long long trips;	/* round trips, -k's too */
@@ -171,6 +207,9 @@ struct el_load {
 	int signal_fd;			/* SIGINT, SIGTERM; -g: SIGUSR1 */
 	int go_fd, stop_fd;		/* eventfds every thread polls */
 	struct el_thread th[EL_THREADS_MAX];
+	struct el_meter *meter;		/* -l: one per CPU */
+	unsigned int nmeters;
+	atomic_bool metering;		/* they started */
 };
 
 static int el_fail(const char *call, int ret)
@@ -432,6 +471,160 @@ static void el_mismatch(struct el_thread *t, struct el_conn *c, uint32_t bytes)
 		     k < bytes ? got[k] : 0);
 }
 
+/* ---- the stall meter (-l) --------------------------------------------- */
+
+static void *el_meter_main(void *arg)
+{
+	struct el_meter *m = arg;
+	struct sched_param sp = { .sched_priority = sched_get_priority_max(SCHED_FIFO) };
+	struct timespec ts;
+	cpu_set_t set;
+	uint64_t now, last;
+
+	/* Both best-effort. Unpinned, it measures whichever CPU it is on;
+	 * without the privilege, it also counts the time it waited behind
+	 * the guest's other threads. */
+	CPU_ZERO(&set);
+	CPU_SET(m->cpu, &set);
+	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+	last = el_now_ns();
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	for (;;) {
+		ts.tv_nsec += EL_METER_NS;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+		now = el_now_ns();
+		pthread_mutex_lock(&m->lock);
+		if (now - last > EL_STALL_NS)
+			m->stall[m->n++ % EL_STALLS] = (struct el_span){
+				last + EL_METER_NS, now };
+		m->last = now;
+		pthread_mutex_unlock(&m->lock);
+		/* a late wake-up starts the next period from now */
+		if (now - last > EL_STALL_NS)
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+		last = now;
+	}
+	return NULL;
+}
+
+/* One meter per CPU we may run on; they start with the load. */
+static int el_meters_init(struct el_load *l)
+{
+	cpu_set_t set;
+	int cpu;
+
+	if (sched_getaffinity(0, sizeof(set), &set)) {
+		fprintf(stderr, "sched_getaffinity: %s\n", strerror(errno));
+		return 1;
+	}
+	l->meter = calloc(EL_METERS_MAX, sizeof(*l->meter));
+	if (!l->meter) {
+		fprintf(stderr, "no memory for the stall meters\n");
+		return 1;
+	}
+	for (cpu = 0; cpu < CPU_SETSIZE && l->nmeters < EL_METERS_MAX; cpu++)
+		if (CPU_ISSET(cpu, &set)) {
+			l->meter[l->nmeters].cpu = cpu;
+			pthread_mutex_init(&l->meter[l->nmeters++].lock, NULL);
+		}
+	return 0;
+}
+
+/*
+ * Starts the meters, once: when the first message may leave, that is at
+ * once or, with -g, at the go. Not while the connections come up, which
+ * in an emulated guest takes long enough without 1000 wake-ups a second
+ * on each CPU.
+ */
+static void el_meters_start(struct el_load *l)
+{
+	unsigned int i;
+	int ret;
+
+	if (!l->o.log_trips || atomic_exchange(&l->metering, true))
+		return;
+	for (i = 0; i < l->nmeters; i++) {
+		l->meter[i].last = el_now_ns();
+		ret = pthread_create(&l->meter[i].tid, NULL, el_meter_main, &l->meter[i]);
+		if (ret) {
+			fprintf(stderr, "pthread_create: %s\n", strerror(ret));
+			exit(1);
+		}
+		l->meter[i].started = true;
+	}
+}
+
+static void el_meters_stop(struct el_load *l)
+{
+	unsigned int i;
+
+	for (i = 0; i < l->nmeters; i++) {
+		if (l->meter[i].started) {
+			pthread_cancel(l->meter[i].tid);
+			pthread_join(l->meter[i].tid, NULL);
+		}
+		pthread_mutex_destroy(&l->meter[i].lock);
+	}
+	free(l->meter);
+}
+
+static int el_span_cmp(const void *a, const void *b)
+{
+	uint64_t x = ((const struct el_span *)a)->from;
+	uint64_t y = ((const struct el_span *)b)->from;
+
+	return x < y ? -1 : x > y;
+}
+
+/* How long within [from, to) at least one CPU was stalled, in ns: every
+ * meter's stalls (and the one under way at @to), clipped, merged. */
+static uint64_t el_stalled(struct el_thread *t, uint64_t from, uint64_t to)
+{
+	struct el_load *l = t->l;
+	struct el_span *v = t->spans, s;
+	unsigned long long k;
+	uint64_t sum = 0, end = 0;
+	unsigned int i;
+	size_t n = 0, j;
+
+	for (i = 0; i < l->nmeters && atomic_load(&l->metering); i++) {
+		struct el_meter *m = &l->meter[i];
+
+		pthread_mutex_lock(&m->lock);
+		if (to > m->last + EL_STALL_NS)
+			v[n++] = (struct el_span){ m->last + EL_METER_NS, to };
+		for (k = m->n; k > 0 && m->n - k < EL_STALLS; k--) {
+			s = m->stall[(k - 1) % EL_STALLS];
+			if (s.to <= from)
+				break;		/* and so is every older one */
+			if (s.from < to)
+				v[n++] = s;
+		}
+		pthread_mutex_unlock(&m->lock);
+	}
+	qsort(v, n, sizeof(*v), el_span_cmp);
+	for (j = 0; j < n; j++) {
+		s = v[j];
+		if (s.from < from)
+			s.from = from;
+		if (s.to > to)
+			s.to = to;
+		if (s.from < end)
+			s.from = end;		/* that part is counted */
+		if (s.to > s.from) {
+			sum += s.to - s.from;
+			end = s.to;
+		}
+	}
+	return sum;
+}
+
 /* Counts a round trip that matched: its sample, the worst, -l's line. */
 static void el_trip(struct el_thread *t, struct el_conn *c)
 {
@@ -451,9 +644,11 @@ static void el_trip(struct el_thread *t, struct el_conn *c)
 		t->worst_seq = c->seq;
 	}
 	if (t->l->o.log_trips)
-		printf("[%lld.%06ld] round trip %llu us, connection %u message %u\n",
-		       (long long)now.tv_sec, now.tv_nsec / 1000,
-		       (unsigned long long)(ns / 1000), c->idx, c->seq);
+		printf("[%lld.%06ld] round trip %llu us, stall %llu us, connection %u "
+		       "message %u\n", (long long)now.tv_sec, now.tv_nsec / 1000,
+		       (unsigned long long)(ns / 1000),
+		       (unsigned long long)(el_stalled(t, c->t_sent, c->t_reply) / 1000),
+		       c->idx, c->seq);
 }
 
 /* The reply and the send's completion are both in: check, go on. */
@@ -633,6 +828,8 @@ static void el_on_signal(struct el_thread *t, int res)
 			strerror(res < 0 ? -res : EIO));
 		exit(1);
 	}
+	if (t->siginfo.ssi_signo == SIGUSR1)
+		el_meters_start(t->l);	/* before any thread's go */
 	fd = t->siginfo.ssi_signo == SIGUSR1 ? t->l->go_fd : t->l->stop_fd;
 	if (write(fd, &one, sizeof(one)) != sizeof(one)) {
 		fprintf(stderr, "write to an eventfd: %s\n", strerror(errno));
@@ -775,7 +972,11 @@ static int el_thread_setup(struct el_thread *t)
 	if (!l->o.forever)
 		t->lat = malloc((t->nconns ? t->nconns : 1) * l->o.msgs *
 				sizeof(*t->lat));
-	if (!t->conn || !t->want || (!l->o.forever && !t->lat)) {
+	if (l->o.log_trips)
+		t->spans = malloc((l->nmeters + (size_t)l->nmeters * EL_STALLS + 1) *
+				  sizeof(*t->spans));
+	if (!t->conn || !t->want || (!l->o.forever && !t->lat) ||
+	    (l->o.log_trips && !t->spans)) {
 		fprintf(stderr, "no memory for %u connections\n", t->nconns);
 		return 1;
 	}
@@ -845,6 +1046,7 @@ static int el_thread_teardown(struct el_thread *t)
 	}
 	free(t->conn);
 	free(t->want);
+	free(t->spans);
 	if (t->loop && (ret = rig_loop_close(t->loop)))
 		status = el_fail("rig_loop_close", ret);
 	return status;
@@ -977,7 +1179,8 @@ static void el_usage(const char *argv0)
 		"  -g          once every connection is up, print \"ready: ...\" and\n"
 		"              send nothing before a SIGUSR1\n"
 		"  -k          never stop (until killed); no latency columns\n"
-		"  -l          print each round trip, with the wall-clock time\n"
+		"  -l          print each round trip, with the wall-clock time and\n"
+		"              how long the machine stalled a CPU meanwhile\n"
 		"SIGINT or SIGTERM ends each connection after its reply in flight.\n",
 		argv0);
 }
@@ -1102,6 +1305,10 @@ int main(int argc, char *argv[])
 		l->th[i].l = l;
 		l->th[i].idx = i;
 	}
+	if (o.log_trips && el_meters_init(l))
+		exit(1);
+	if (!o.gate)
+		el_meters_start(l);
 	for (i = 1; i < o.threads; i++) {
 		ret = pthread_create(&l->th[i].tid, NULL, el_thread_main,
 				     &l->th[i]);
@@ -1134,6 +1341,8 @@ int main(int argc, char *argv[])
 	}
 	for (i = 0; i < o.threads; i++)
 		free(l->th[i].lat);
+	if (o.log_trips)
+		el_meters_stop(l);
 	ret = rig_nic_close(l->nic);
 	if (ret)
 		status = el_fail("rig_nic_close", ret);
