@@ -55,18 +55,21 @@
  * any moment, not only its worst.
  *
  * The stall meter (-l). On a shared host the machine itself stops our
- * threads: a virtual CPU the host does not run, or one the guest's
- * kernel keeps busy, holds a round trip up however quick the server is.
- * That is measured, not guessed: one meter thread per CPU, pinned to it
- * and at SCHED_FIFO's top priority where we may (no thread of ours or of
- * anyone's can keep it waiting; only the machine can), asks to wake
- * every millisecond. A wake-up more than EL_STALL_NS late is a stall:
- * that CPU ran nothing of user space from the asked-for wake-up until
- * the late one. ST is how long, within the round trip, at least one CPU
- * was so stalled (the union of every meter's stalls, clipped to the
- * trip): time the machine, not the server, may have taken. A server
- * that holds its thread is no stall: its CPU runs, and the meter on it
- * preempts it.
+ * threads: a virtual CPU the host does not run, or more threads ready
+ * to run in the guest than it has CPUs, holds a round trip up however
+ * quick the server is. That is measured, not guessed: one meter thread
+ * per CPU, pinned to it, an ordinary thread like the others, asks to
+ * wake every millisecond. A wake-up more than EL_STALL_NS late is a
+ * stall: that CPU did not run a thread that was ready, from the
+ * asked-for wake-up until the late one. ST is how long, within the
+ * round trip, at least one CPU was so stalled (the union of every
+ * meter's stalls, clipped to the trip). A server that holds its own
+ * thread - busy in a call while a message waits - stalls no meter: the
+ * scheduler runs a thread that wakes from sleep ahead of one that has
+ * been computing, so that time counts in full. (At SCHED_FIFO the
+ * meters would miss the guest's own crowding: when 180 clients die at
+ * once, their kernel teardown and the server's helper threads share two
+ * CPUs with the loop threads, which then wait for a CPU, not for rig.)
  *
  * Build:
  *	cc -O2 -pthread -o rig-echo-load rig-echo-load.c \
@@ -476,18 +479,14 @@ static void el_mismatch(struct el_thread *t, struct el_conn *c, uint32_t bytes)
 static void *el_meter_main(void *arg)
 {
 	struct el_meter *m = arg;
-	struct sched_param sp = { .sched_priority = sched_get_priority_max(SCHED_FIFO) };
 	struct timespec ts;
 	cpu_set_t set;
 	uint64_t now, last;
 
-	/* Both best-effort. Unpinned, it measures whichever CPU it is on;
-	 * without the privilege, it also counts the time it waited behind
-	 * the guest's other threads. */
+	/* best-effort: unpinned, it measures whichever CPU it is on */
 	CPU_ZERO(&set);
 	CPU_SET(m->cpu, &set);
 	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-	pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
 	last = el_now_ns();
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	for (;;) {

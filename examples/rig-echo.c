@@ -71,7 +71,9 @@
  * and close_us= the wall time (which also counts a thread the machine
  * did not run meanwhile, say while the helper thread destroyed);
  * close_cpu_max_us= and close_max_us= the longest one pass (the clients
- * of one batch of news) held its thread, each way.
+ * of one batch of news) held its thread, each way; pass_cpu_max_us= and
+ * pass_max_us= the longest one pass of news took since the last stats
+ * line, all of it (the library's share, the reports, the closes).
  *
  * Thread 0 also reads a signalfd (SIGINT, SIGTERM: stop; SIGUSR1: print a
  * stats line) and counts a 1 s tick (an io_uring timeout; -v prints the
@@ -177,6 +179,8 @@ struct ec_server {
 	atomic_bool setup_failed;
 	/* the departed clients' closes, in the loop threads (ec_bury) */
 	atomic_ullong closes, close_ns, close_max_ns, close_cpu_ns, close_cpu_max_ns;
+	/* the longest pass of news, all of it (ec_on_rig) */
+	atomic_ullong pass_max_ns, pass_cpu_max_ns;
 	pthread_barrier_t ready;
 	struct ec_thread th[EC_THREADS_MAX];
 };
@@ -275,12 +279,14 @@ static void ec_stats(struct ec_server *s)
 	mi = mallinfo2();
 	ec_log("stats: clients=%d fds=%d rss_kib=%ld anon_kib=%ld heap_kib=%zu "
 	       "closes=%llu close_cpu_us=%llu close_cpu_max_us=%llu close_us=%llu "
-	       "close_max_us=%llu",
+	       "close_max_us=%llu pass_cpu_max_us=%llu pass_max_us=%llu",
 	       atomic_load(&s->clients), ec_fd_count(), ec_status_kib("VmRSS"),
 	       ec_status_kib("RssAnon"), (mi.uordblks + mi.hblkhd) / 1024,
 	       atomic_load(&s->closes), atomic_load(&s->close_cpu_ns) / 1000,
 	       atomic_load(&s->close_cpu_max_ns) / 1000,
-	       atomic_load(&s->close_ns) / 1000, atomic_load(&s->close_max_ns) / 1000);
+	       atomic_load(&s->close_ns) / 1000, atomic_load(&s->close_max_ns) / 1000,
+	       atomic_exchange(&s->pass_cpu_max_ns, 0) / 1000,
+	       atomic_exchange(&s->pass_max_ns, 0) / 1000);
 }
 
 /* ---- the io_uring ------------------------------------------------------ */
@@ -530,13 +536,18 @@ static uint64_t ec_clock_ns(clockid_t clock)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void ec_add_max(atomic_ullong *sum, atomic_ullong *max, uint64_t ns)
+static void ec_max(atomic_ullong *max, uint64_t ns)
 {
 	unsigned long long m = atomic_load(max);
 
-	atomic_fetch_add(sum, ns);
 	while (ns > m && !atomic_compare_exchange_weak(max, &m, ns))
 		;
+}
+
+static void ec_add_max(atomic_ullong *sum, atomic_ullong *max, uint64_t ns)
+{
+	atomic_fetch_add(sum, ns);
+	ec_max(max, ns);
 }
 
 /* Counts @n closes that held the thread @ns of wall time, @cpu_ns of its
@@ -640,6 +651,8 @@ static void ec_on_news(struct ec_thread *t, const struct rig_ready *r)
 static int ec_on_rig(struct ec_thread *t, const struct io_uring_cqe *cqe)
 {
 	struct rig_ready ready[EC_READY];
+	uint64_t t0 = ec_clock_ns(CLOCK_MONOTONIC);
+	uint64_t cpu0 = ec_clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	int i, n, round;
 
 	/* More than EC_READY: ask for the rest, a few times; news left then
@@ -655,6 +668,8 @@ static int ec_on_rig(struct ec_thread *t, const struct io_uring_cqe *cqe)
 		cqe = NULL;
 	}
 	ec_bury(t);
+	ec_max(&t->s->pass_max_ns, ec_clock_ns(CLOCK_MONOTONIC) - t0);
+	ec_max(&t->s->pass_cpu_max_ns, ec_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0);
 	return 0;
 }
 
