@@ -101,6 +101,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -1013,6 +1014,13 @@ int main(int argc, char *argv[])
 	 * glibc gives back only as that thread frees.
 	 */
 	mallopt(M_ARENA_MAX, 1);
+	/*
+	 * No transparent huge pages: where the kernel makes them for every
+	 * anonymous mapping, a thread's stack that grows a few bytes across
+	 * a 2 MiB boundary takes 2 MiB at once, and the resident set says
+	 * nothing about what the server holds. Best-effort.
+	 */
+	prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return ec_fail_sys("calloc", ENOMEM);
