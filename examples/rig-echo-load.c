@@ -5,7 +5,7 @@
  * bytes, and every reply is checked byte for byte against what was sent.
  *
  *	rig-echo-load -d DEV -a ADDR -p PORT -c CONNS -s SIZE
- *		      -n MSGS [-t THREADS] [-i MS] [-w MS] [-L MS] [-g] [-k]
+ *		      -n MSGS [-t THREADS] [-i MS] [-w MS] [-L MS] [-g] [-k] [-l]
  *
  * Every connection dials PORT (rig-echo listens there once, for all its
  * threads) and connection i is served by thread i % THREADS, which has a
@@ -42,10 +42,34 @@
  *
  * It prints "streaming: ..." once every connection has had a reply, then
  * at the end perftest's latency columns (ib_send_lat's: half the round
- * trip, over every message of every connection), and exits 0 only if
- * every connection got every reply, each the same bytes as its message.
- * With -k the connections never stop (and keep no latency samples): for
- * tests that kill the process mid-stream.
+ * trip, over every message of every connection) and the worst whole
+ * round trip, with the wall-clock time its reply came, and exits 0 only
+ * if every connection got every reply, each the same bytes as its
+ * message. With -k the connections never stop (and keep no latency
+ * samples): for tests that kill the process mid-stream. SIGINT or
+ * SIGTERM stops it early: each connection ends once the reply of the
+ * message it has in flight is in, and the process ends as if that had
+ * been its last message (a connection not yet up fails). With -l it
+ * prints every round trip as it ends, "[seconds.micros] round trip US
+ * us, stall ST us ...", so that a test can see what a connection met at
+ * any moment, not only its worst.
+ *
+ * The stall meter (-l). On a shared host the machine itself stops our
+ * threads: a virtual CPU the host does not run, or more threads ready
+ * to run in the guest than it has CPUs, holds a round trip up however
+ * quick the server is. That is measured, not guessed: one meter thread
+ * per CPU, pinned to it, an ordinary thread like the others, asks to
+ * wake every millisecond. A wake-up more than EL_STALL_NS late is a
+ * stall: that CPU did not run a thread that was ready, from the
+ * asked-for wake-up until the late one. ST is how long, within the
+ * round trip, at least one CPU was so stalled (the union of every
+ * meter's stalls, clipped to the trip). A server that holds its own
+ * thread - busy in a call while a message waits - stalls no meter: the
+ * scheduler runs a thread that wakes from sleep ahead of one that has
+ * been computing, so that time counts in full. (At SCHED_FIFO the
+ * meters would miss the guest's own crowding: when 180 clients die at
+ * once, their kernel teardown and the server's helper threads share two
+ * CPUs with the loop threads, which then wait for a CPU, not for rig.)
  *
  * Build:
  *	cc -O2 -pthread -o rig-echo-load rig-echo-load.c \
@@ -56,6 +80,7 @@
 #include <getopt.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -80,10 +105,14 @@
 #define EL_REDIAL_MAX_MS 1000	/* doubling up to this */
 #define EL_REPLY_MS 30000	/* -w's default */
 #define EL_TICK_MAX_MS 1000	/* the reply timer's period, at most */
+#define EL_METER_NS 1000000ull	/* -l: each meter's period */
+#define EL_STALL_NS 2000000ull	/* a gap longer than this is a stall */
+#define EL_STALLS 4096		/* the stalls a meter keeps, the newest */
+#define EL_METERS_MAX 64
 
 /* user_data of the SQEs: the kind, and for EL_NEXT and EL_REDIAL the
  * connection's index in its thread */
-enum { EL_RIG = 1, EL_NEXT, EL_SIGNAL, EL_GO, EL_REDIAL, EL_TICK };
+enum { EL_RIG = 1, EL_NEXT, EL_SIGNAL, EL_GO, EL_REDIAL, EL_TICK, EL_STOP };
 #define EL_DATA(kind, k) ((uint64_t)(k) << 8 | (kind))
 
 struct el_opts {
@@ -99,6 +128,7 @@ struct el_opts {
 	unsigned int live_ms;		/* -L: the liveness interval */
 	bool forever;
 	bool gate;
+	bool log_trips;			/* -l */
 };
 
 struct el_conn {
@@ -122,6 +152,22 @@ struct el_conn {
 	struct __kernel_timespec pause;	/* before the next dial */
 };
 
+/* [from, to) in CLOCK_MONOTONIC ns */
+struct el_span {
+	uint64_t from, to;
+};
+
+/* -l: one CPU's stall meter */
+struct el_meter {
+	int cpu;
+	pthread_t tid;
+	bool started;
+	pthread_mutex_t lock;		/* of what follows */
+	uint64_t last;			/* its last wake-up */
+	unsigned long long n;		/* stalls so far: the last EL_STALLS kept */
+	struct el_span stall[EL_STALLS];
+};
+
 struct el_load;
 
 struct el_thread {
@@ -135,13 +181,20 @@ struct el_thread {
 	struct __kernel_timespec tick;	/* the reply timer's period */
 	bool ticking;			/* its timeout is in the ring */
 	bool go;			/* -g: SIGUSR1 came */
+	bool stopping;			/* SIGINT or SIGTERM came */
+	struct signalfd_siginfo siginfo;	/* this thread's read of the signalfd */
 	struct el_conn **conn;		/* the thread's connections */
 	unsigned int nconns, ended;
 	struct el_conn *bucket[EL_BUCKETS];
 	uint8_t *want;			/* scratch: the expected reply */
 	uint64_t *lat;			/* half round trips, ns */
+	struct el_span *spans;		/* -l: el_stalled's scratch */
 	unsigned int seed;		/* of the redials' jitter */
 	size_t nlat;
+	unsigned long long trips;	/* round trips, -k's too */
+	uint64_t worst_ns;		/* the longest whole round trip */
+	struct timespec worst_at;	/* when its reply came (wall clock) */
+	unsigned int worst_conn, worst_seq;
 	int status;
 };
 
@@ -154,9 +207,12 @@ struct el_load {
 	atomic_uint failed;
 	atomic_uint refused;		/* dials tried again */
 	atomic_uint dropped;		/* of them, after the server let go */
-	int signal_fd, go_fd;		/* -g: SIGUSR1, and the go every thread polls */
-	struct signalfd_siginfo siginfo;
+	int signal_fd;			/* SIGINT, SIGTERM; -g: SIGUSR1 */
+	int go_fd, stop_fd;		/* eventfds every thread polls */
 	struct el_thread th[EL_THREADS_MAX];
+	struct el_meter *meter;		/* -l: one per CPU */
+	unsigned int nmeters;
+	atomic_bool metering;		/* they started */
 };
 
 static int el_fail(const char *call, int ret)
@@ -362,6 +418,8 @@ static void el_on_dialed(struct el_thread *t, const struct rig_ready *r)
 			     strerror(-ret), rig_errmsg());
 		return;
 	}
+	if (c->ended)
+		return;		/* stopped while it dialed: teardown destroys it */
 	if (atomic_fetch_add(&l->up, 1) + 1 == l->o.conns && !atomic_exchange(&l->ready, true))
 		printf("ready: all %u connections up, %u dials tried again "
 		       "(%u of them dropped before the first reply)\n", l->o.conns,
@@ -416,6 +474,182 @@ static void el_mismatch(struct el_thread *t, struct el_conn *c, uint32_t bytes)
 		     k < bytes ? got[k] : 0);
 }
 
+/* ---- the stall meter (-l) --------------------------------------------- */
+
+static void *el_meter_main(void *arg)
+{
+	struct el_meter *m = arg;
+	struct timespec ts;
+	cpu_set_t set;
+	uint64_t now, last;
+
+	/* best-effort: unpinned, it measures whichever CPU it is on */
+	CPU_ZERO(&set);
+	CPU_SET(m->cpu, &set);
+	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	last = el_now_ns();
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	for (;;) {
+		ts.tv_nsec += EL_METER_NS;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+		now = el_now_ns();
+		pthread_mutex_lock(&m->lock);
+		if (now - last > EL_STALL_NS)
+			m->stall[m->n++ % EL_STALLS] = (struct el_span){
+				last + EL_METER_NS, now };
+		m->last = now;
+		pthread_mutex_unlock(&m->lock);
+		/* a late wake-up starts the next period from now */
+		if (now - last > EL_STALL_NS)
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+		last = now;
+	}
+	return NULL;
+}
+
+/* One meter per CPU we may run on; they start with the load. */
+static int el_meters_init(struct el_load *l)
+{
+	cpu_set_t set;
+	int cpu;
+
+	if (sched_getaffinity(0, sizeof(set), &set)) {
+		fprintf(stderr, "sched_getaffinity: %s\n", strerror(errno));
+		return 1;
+	}
+	l->meter = calloc(EL_METERS_MAX, sizeof(*l->meter));
+	if (!l->meter) {
+		fprintf(stderr, "no memory for the stall meters\n");
+		return 1;
+	}
+	for (cpu = 0; cpu < CPU_SETSIZE && l->nmeters < EL_METERS_MAX; cpu++)
+		if (CPU_ISSET(cpu, &set)) {
+			l->meter[l->nmeters].cpu = cpu;
+			pthread_mutex_init(&l->meter[l->nmeters++].lock, NULL);
+		}
+	return 0;
+}
+
+/*
+ * Starts the meters, once: when the first message may leave, that is at
+ * once or, with -g, at the go. Not while the connections come up, which
+ * in an emulated guest takes long enough without 1000 wake-ups a second
+ * on each CPU.
+ */
+static void el_meters_start(struct el_load *l)
+{
+	unsigned int i;
+	int ret;
+
+	if (!l->o.log_trips || atomic_exchange(&l->metering, true))
+		return;
+	for (i = 0; i < l->nmeters; i++) {
+		l->meter[i].last = el_now_ns();
+		ret = pthread_create(&l->meter[i].tid, NULL, el_meter_main, &l->meter[i]);
+		if (ret) {
+			fprintf(stderr, "pthread_create: %s\n", strerror(ret));
+			exit(1);
+		}
+		l->meter[i].started = true;
+	}
+}
+
+static void el_meters_stop(struct el_load *l)
+{
+	unsigned int i;
+
+	for (i = 0; i < l->nmeters; i++) {
+		if (l->meter[i].started) {
+			pthread_cancel(l->meter[i].tid);
+			pthread_join(l->meter[i].tid, NULL);
+		}
+		pthread_mutex_destroy(&l->meter[i].lock);
+	}
+	free(l->meter);
+}
+
+static int el_span_cmp(const void *a, const void *b)
+{
+	uint64_t x = ((const struct el_span *)a)->from;
+	uint64_t y = ((const struct el_span *)b)->from;
+
+	return x < y ? -1 : x > y;
+}
+
+/* How long within [from, to) at least one CPU was stalled, in ns: every
+ * meter's stalls (and the one under way at @to), clipped, merged. */
+static uint64_t el_stalled(struct el_thread *t, uint64_t from, uint64_t to)
+{
+	struct el_load *l = t->l;
+	struct el_span *v = t->spans, s;
+	unsigned long long k;
+	uint64_t sum = 0, end = 0;
+	unsigned int i;
+	size_t n = 0, j;
+
+	for (i = 0; i < l->nmeters && atomic_load(&l->metering); i++) {
+		struct el_meter *m = &l->meter[i];
+
+		pthread_mutex_lock(&m->lock);
+		if (to > m->last + EL_STALL_NS)
+			v[n++] = (struct el_span){ m->last + EL_METER_NS, to };
+		for (k = m->n; k > 0 && m->n - k < EL_STALLS; k--) {
+			s = m->stall[(k - 1) % EL_STALLS];
+			if (s.to <= from)
+				break;		/* and so is every older one */
+			if (s.from < to)
+				v[n++] = s;
+		}
+		pthread_mutex_unlock(&m->lock);
+	}
+	qsort(v, n, sizeof(*v), el_span_cmp);
+	for (j = 0; j < n; j++) {
+		s = v[j];
+		if (s.from < from)
+			s.from = from;
+		if (s.to > to)
+			s.to = to;
+		if (s.from < end)
+			s.from = end;		/* that part is counted */
+		if (s.to > s.from) {
+			sum += s.to - s.from;
+			end = s.to;
+		}
+	}
+	return sum;
+}
+
+/* Counts a round trip that matched: its sample, the worst, -l's line. */
+static void el_trip(struct el_thread *t, struct el_conn *c)
+{
+	uint64_t ns = c->t_reply - c->t_sent;
+	struct timespec now;
+
+	if (!t->l->o.forever)
+		t->lat[t->nlat++] = ns / 2;
+	t->trips++;
+	if (ns <= t->worst_ns && !t->l->o.log_trips)
+		return;
+	clock_gettime(CLOCK_REALTIME, &now);
+	if (ns > t->worst_ns) {
+		t->worst_ns = ns;
+		t->worst_at = now;
+		t->worst_conn = c->idx;
+		t->worst_seq = c->seq;
+	}
+	if (t->l->o.log_trips)
+		printf("[%lld.%06ld] round trip %llu us, stall %llu us, connection %u "
+		       "message %u\n", (long long)now.tv_sec, now.tv_nsec / 1000,
+		       (unsigned long long)(ns / 1000),
+		       (unsigned long long)(el_stalled(t, c->t_sent, c->t_reply) / 1000),
+		       c->idx, c->seq);
+}
+
 /* The reply and the send's completion are both in: check, go on. */
 static void el_round_trip(struct el_thread *t, struct el_conn *c)
 {
@@ -429,13 +663,12 @@ static void el_round_trip(struct el_thread *t, struct el_conn *c)
 		el_mismatch(t, c, c->reply_bytes);
 		return;
 	}
-	if (!l->o.forever)
-		t->lat[t->nlat++] = (c->t_reply - c->t_sent) / 2;
+	el_trip(t, c);
 	c->served = true;
 	if (c->done++ == 0 &&
 	    atomic_fetch_add(&l->streaming, 1) + 1 == l->o.conns)
 		printf("streaming: all %u connections had a reply\n", l->o.conns);
-	if (!l->o.forever && c->done == l->o.msgs) {
+	if ((!l->o.forever && c->done == l->o.msgs) || t->stopping) {
 		el_end(t, c, false);
 		return;
 	}
@@ -573,19 +806,54 @@ static void el_on_news(struct el_thread *t, const struct rig_ready *r)
 		el_poll(t, c, r->side);
 }
 
-/* -g: SIGUSR1 came (thread 0 read it): every thread goes. */
+static void el_read_signal(struct el_thread *t)
+{
+	io_uring_prep_read(el_sqe(t, EL_SIGNAL), t->l->signal_fd, &t->siginfo,
+			   sizeof(t->siginfo), 0);
+}
+
+/*
+ * A signal came (this thread's read took it; every running thread has
+ * one queued): SIGUSR1 is -g's go, SIGINT and SIGTERM the stop. Either
+ * reaches every thread through an eventfd that stays readable.
+ */
 static void el_on_signal(struct el_thread *t, int res)
 {
 	uint64_t one = 1;
+	int fd;
 
-	if (res != sizeof(t->l->siginfo)) {
+	if (res != sizeof(t->siginfo)) {
 		fprintf(stderr, "read from the signalfd: %s\n",
 			strerror(res < 0 ? -res : EIO));
 		exit(1);
 	}
-	if (write(t->l->go_fd, &one, sizeof(one)) != sizeof(one)) {
-		fprintf(stderr, "write to the go eventfd: %s\n", strerror(errno));
+	if (t->siginfo.ssi_signo == SIGUSR1)
+		el_meters_start(t->l);	/* before any thread's go */
+	fd = t->siginfo.ssi_signo == SIGUSR1 ? t->l->go_fd : t->l->stop_fd;
+	if (write(fd, &one, sizeof(one)) != sizeof(one)) {
+		fprintf(stderr, "write to an eventfd: %s\n", strerror(errno));
 		exit(1);
+	}
+	el_read_signal(t);
+}
+
+/* SIGINT or SIGTERM: each connection ends once its reply in flight is in
+ * (el_round_trip), or now if it waits out a pause; one not yet speaking
+ * fails. */
+static void el_on_stop(struct el_thread *t)
+{
+	struct el_conn *c;
+	unsigned int k;
+
+	t->stopping = true;
+	for (k = 0; k < t->nconns; k++) {
+		c = t->conn[k];
+		if (c->ended)
+			continue;
+		if (!c->qp || !c->reply_end)
+			el_conn_fail(t, c, "stopped before its first message");
+		else if (!c->reply_due && !c->send_due)
+			el_end(t, c, false);
 	}
 }
 
@@ -630,9 +898,9 @@ static int el_loop(struct el_thread *t)
 	unsigned int head, seen;
 	int ret = 0;
 
-	/* thread 0 reads the go signal for all: it stays until it came */
+	/* thread 0 waits for the go, or a stop, even with nothing to do */
 	while (t->ended < t->nconns ||
-	       (t->idx == 0 && t->l->o.gate && !t->go)) {
+	       (t->idx == 0 && t->l->o.gate && !t->go && !t->stopping)) {
 		ret = io_uring_submit_and_wait(&t->ring, 1);
 		if (ret < 0 && ret != -EINTR) {
 			fprintf(stderr, "io_uring_submit_and_wait: %s\n",
@@ -655,6 +923,10 @@ static int el_loop(struct el_thread *t)
 			}
 			if (data == EL_GO) {
 				el_on_go(t);
+				continue;
+			}
+			if (data == EL_STOP) {
+				el_on_stop(t);
 				continue;
 			}
 			if (data == EL_TICK) {
@@ -699,7 +971,11 @@ static int el_thread_setup(struct el_thread *t)
 	if (!l->o.forever)
 		t->lat = malloc((t->nconns ? t->nconns : 1) * l->o.msgs *
 				sizeof(*t->lat));
-	if (!t->conn || !t->want || (!l->o.forever && !t->lat)) {
+	if (l->o.log_trips)
+		t->spans = malloc((l->nmeters + (size_t)l->nmeters * EL_STALLS + 1) *
+				  sizeof(*t->spans));
+	if (!t->conn || !t->want || (!l->o.forever && !t->lat) ||
+	    (l->o.log_trips && !t->spans)) {
 		fprintf(stderr, "no memory for %u connections\n", t->nconns);
 		return 1;
 	}
@@ -725,12 +1001,10 @@ static int el_thread_setup(struct el_thread *t)
 	ret = rig_uring_watch(&t->ring, t->loop, EL_RIG);
 	if (ret)
 		return el_fail("rig_uring_watch", ret);
-	if (l->o.gate) {
+	if (l->o.gate)
 		io_uring_prep_poll_add(el_sqe(t, EL_GO), l->go_fd, POLLIN);
-		if (t->idx == 0)
-			io_uring_prep_read(el_sqe(t, EL_SIGNAL), l->signal_fd,
-					   &l->siginfo, sizeof(l->siginfo), 0);
-	}
+	io_uring_prep_poll_add(el_sqe(t, EL_STOP), l->stop_fd, POLLIN);
+	el_read_signal(t);
 	for (k = 0; k < t->nconns; k++) {
 		c = calloc(1, sizeof(*c));
 		if (!c || !(c->buf = malloc(2 * l->o.size))) {
@@ -771,6 +1045,7 @@ static int el_thread_teardown(struct el_thread *t)
 	}
 	free(t->conn);
 	free(t->want);
+	free(t->spans);
 	if (t->loop && (ret = rig_loop_close(t->loop)))
 		status = el_fail("rig_loop_close", ret);
 	return status;
@@ -855,13 +1130,39 @@ static void el_print_latency(struct el_load *l)
 	free(v);
 }
 
+static unsigned long long el_trips(struct el_load *l)
+{
+	unsigned long long n = 0;
+	unsigned int k;
+
+	for (k = 0; k < l->o.threads; k++)
+		n += l->th[k].trips;
+	return n;
+}
+
+/* The worst whole round trip over every thread, and when its reply came. */
+static void el_print_worst(struct el_load *l)
+{
+	struct el_thread *w = NULL;
+	unsigned int k;
+
+	for (k = 0; k < l->o.threads; k++)
+		if (l->th[k].trips && (!w || l->th[k].worst_ns > w->worst_ns))
+			w = &l->th[k];
+	if (w)
+		printf("worst round trip: %.0f us of %llu, connection %u message %u, "
+		       "its reply at [%lld.%06ld]\n", w->worst_ns / 1000.0, el_trips(l),
+		       w->worst_conn, w->worst_seq, (long long)w->worst_at.tv_sec,
+		       w->worst_at.tv_nsec / 1000);
+}
+
 /* ---- setup ------------------------------------------------------------- */
 
 static void el_usage(const char *argv0)
 {
 	fprintf(stderr,
 		"Usage: %s -d DEV -a ADDR -p PORT -c CONNS -s SIZE -n MSGS\n"
-		"          [-t THREADS] [-i MS] [-w MS] [-L MS] [-g] [-k]\n"
+		"          [-t THREADS] [-i MS] [-w MS] [-L MS] [-g] [-k] [-l]\n"
 		"  -d DEV      RDMA device (default: the first RoCE v2 device)\n"
 		"  -a ADDR     the server's address\n"
 		"  -p PORT     the server's port\n"
@@ -876,7 +1177,10 @@ static void el_usage(const char *argv0)
 		"              server host (default 2000, RIG_LIVENESS_MS; 0: never)\n"
 		"  -g          once every connection is up, print \"ready: ...\" and\n"
 		"              send nothing before a SIGUSR1\n"
-		"  -k          never stop (until killed); no latency columns\n",
+		"  -k          never stop (until killed); no latency columns\n"
+		"  -l          print each round trip, with the wall-clock time and\n"
+		"              how long the machine stalled a CPU meanwhile\n"
+		"SIGINT or SIGTERM ends each connection after its reply in flight.\n",
 		argv0);
 }
 
@@ -896,7 +1200,7 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 	unsigned long long v;
 	int c;
 
-	while ((c = getopt(argc, argv, "d:a:p:c:s:n:t:i:w:L:gk")) != -1) {
+	while ((c = getopt(argc, argv, "d:a:p:c:s:n:t:i:w:L:gkl")) != -1) {
 		if (c == 'd') {
 			o->dev = optarg;
 			continue;
@@ -911,6 +1215,10 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 		}
 		if (c == 'g') {
 			o->gate = true;
+			continue;
+		}
+		if (c == 'l') {
+			o->log_trips = true;
 			continue;
 		}
 		if (c == '?')
@@ -939,18 +1247,23 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 	return 0;
 }
 
-/* -g: SIGUSR1 through a signalfd, blocked before the threads start so
- * that they inherit the mask; an eventfd that every thread polls. */
-static int el_gate(struct el_load *l)
+/* SIGINT, SIGTERM (and with -g SIGUSR1) through a signalfd, blocked
+ * before the threads start so that they inherit the mask; the go and the
+ * stop through eventfds that every thread polls. */
+static int el_signals(struct el_load *l)
 {
 	sigset_t mask;
 
 	sigemptyset(&mask);
-	sigaddset(&mask, SIGUSR1);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	if (l->o.gate)
+		sigaddset(&mask, SIGUSR1);
 	if (sigprocmask(SIG_BLOCK, &mask, NULL) ||
 	    (l->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC)) < 0 ||
-	    (l->go_fd = eventfd(0, EFD_CLOEXEC)) < 0) {
-		fprintf(stderr, "the SIGUSR1 gate: %s\n", strerror(errno));
+	    (l->go_fd = eventfd(0, EFD_CLOEXEC)) < 0 ||
+	    (l->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0) {
+		fprintf(stderr, "the signals: %s\n", strerror(errno));
 		return 1;
 	}
 	return 0;
@@ -964,6 +1277,7 @@ int main(int argc, char *argv[])
 	struct el_load *l;
 	unsigned int i;
 	int ret, status = 0;
+	bool stopped = false;
 
 	if (el_parse_opts(argc, argv, &o)) {
 		el_usage(argv[0]);
@@ -976,8 +1290,8 @@ int main(int argc, char *argv[])
 		return 1;
 	}
 	l->o = o;
-	l->signal_fd = l->go_fd = -1;
-	if (o.gate && el_gate(l)) {
+	l->signal_fd = l->go_fd = l->stop_fd = -1;
+	if (el_signals(l)) {
 		free(l);
 		return 1;
 	}
@@ -990,6 +1304,10 @@ int main(int argc, char *argv[])
 		l->th[i].l = l;
 		l->th[i].idx = i;
 	}
+	if (o.log_trips && el_meters_init(l))
+		exit(1);
+	if (!o.gate)
+		el_meters_start(l);
 	for (i = 1; i < o.threads; i++) {
 		ret = pthread_create(&l->th[i].tid, NULL, el_thread_main,
 				     &l->th[i]);
@@ -1005,16 +1323,25 @@ int main(int argc, char *argv[])
 		status |= l->th[i].status;
 	if (atomic_load(&l->failed))
 		status = 1;
+	for (i = 0; i < o.threads; i++)
+		stopped |= l->th[i].stopping;
 	if (!status) {
 		el_print_latency(l);
-		printf("%u connections x %llu messages of %zu bytes: every reply "
-		       "matched\n", o.conns, o.msgs, o.size);
+		el_print_worst(l);
+		if (stopped)
+			printf("%u connections, stopped after %llu messages of %zu bytes: "
+			       "every reply matched\n", o.conns, el_trips(l), o.size);
+		else
+			printf("%u connections x %llu messages of %zu bytes: every reply "
+			       "matched\n", o.conns, o.msgs, o.size);
 	} else {
 		fprintf(stderr, "%u of %u connections failed\n",
 			atomic_load(&l->failed), o.conns);
 	}
 	for (i = 0; i < o.threads; i++)
 		free(l->th[i].lat);
+	if (o.log_trips)
+		el_meters_stop(l);
 	ret = rig_nic_close(l->nic);
 	if (ret)
 		status = el_fail("rig_nic_close", ret);
@@ -1022,6 +1349,8 @@ int main(int argc, char *argv[])
 		close(l->signal_fd);
 	if (l->go_fd >= 0)
 		close(l->go_fd);
+	if (l->stop_fd >= 0)
+		close(l->stop_fd);
 	free(l);
 	return status;
 }

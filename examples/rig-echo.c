@@ -65,6 +65,16 @@
  * refused as it arrives (no memory for it), which is rare and cheap to
  * keep simple.
  *
+ * What that costs a thread is in the stats line: closes= the departed
+ * clients closed so far; close_cpu_us= the CPU time the threads spent in
+ * those calls (CLOCK_THREAD_CPUTIME_ID: what the close itself costs)
+ * and close_us= the wall time (which also counts a thread the machine
+ * did not run meanwhile, say while the helper thread destroyed);
+ * close_cpu_max_us= and close_max_us= the longest one pass (the clients
+ * of one batch of news) held its thread, each way; pass_cpu_max_us= and
+ * pass_max_us= the longest one pass of news took since the last stats
+ * line, all of it (the library's share, the reports, the closes).
+ *
  * Thread 0 also reads a signalfd (SIGINT, SIGTERM: stop; SIGUSR1: print a
  * stats line) and counts a 1 s tick (an io_uring timeout; -v prints the
  * stats line at each). Stopping writes an eventfd every thread polls. Each
@@ -91,6 +101,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -167,6 +178,10 @@ struct ec_server {
 	atomic_int clients;
 	atomic_bool trim_due;		/* clients went since the last trim */
 	atomic_bool setup_failed;
+	/* the departed clients' closes, in the loop threads (ec_bury) */
+	atomic_ullong closes, close_ns, close_max_ns, close_cpu_ns, close_cpu_max_ns;
+	/* the longest pass of news, all of it (ec_on_rig) */
+	atomic_ullong pass_max_ns, pass_cpu_max_ns;
 	pthread_barrier_t ready;
 	struct ec_thread th[EC_THREADS_MAX];
 };
@@ -263,9 +278,16 @@ static void ec_stats(struct ec_server *s)
 
 	ec_trim(s, true);
 	mi = mallinfo2();
-	ec_log("stats: clients=%d fds=%d rss_kib=%ld anon_kib=%ld heap_kib=%zu",
+	ec_log("stats: clients=%d fds=%d rss_kib=%ld anon_kib=%ld heap_kib=%zu "
+	       "closes=%llu close_cpu_us=%llu close_cpu_max_us=%llu close_us=%llu "
+	       "close_max_us=%llu pass_cpu_max_us=%llu pass_max_us=%llu",
 	       atomic_load(&s->clients), ec_fd_count(), ec_status_kib("VmRSS"),
-	       ec_status_kib("RssAnon"), (mi.uordblks + mi.hblkhd) / 1024);
+	       ec_status_kib("RssAnon"), (mi.uordblks + mi.hblkhd) / 1024,
+	       atomic_load(&s->closes), atomic_load(&s->close_cpu_ns) / 1000,
+	       atomic_load(&s->close_cpu_max_ns) / 1000,
+	       atomic_load(&s->close_ns) / 1000, atomic_load(&s->close_max_ns) / 1000,
+	       atomic_exchange(&s->pass_cpu_max_ns, 0) / 1000,
+	       atomic_exchange(&s->pass_max_ns, 0) / 1000);
 }
 
 /* ---- the io_uring ------------------------------------------------------ */
@@ -507,6 +529,38 @@ static void ec_closed(struct ec_thread *t, struct ec_conn *c)
 	atomic_fetch_sub(&s->clients, 1);
 }
 
+static uint64_t ec_clock_ns(clockid_t clock)
+{
+	struct timespec ts;
+
+	clock_gettime(clock, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void ec_max(atomic_ullong *max, uint64_t ns)
+{
+	unsigned long long m = atomic_load(max);
+
+	while (ns > m && !atomic_compare_exchange_weak(max, &m, ns))
+		;
+}
+
+static void ec_add_max(atomic_ullong *sum, atomic_ullong *max, uint64_t ns)
+{
+	atomic_fetch_add(sum, ns);
+	ec_max(max, ns);
+}
+
+/* Counts @n closes that held the thread @ns of wall time, @cpu_ns of its
+ * CPU time. */
+static void ec_count_closes(struct ec_server *s, unsigned int n, uint64_t ns,
+			    uint64_t cpu_ns)
+{
+	atomic_fetch_add(&s->closes, n);
+	ec_add_max(&s->close_ns, &s->close_max_ns, ns);
+	ec_add_max(&s->close_cpu_ns, &s->close_cpu_max_ns, cpu_ns);
+}
+
 /*
  * Reports, then closes, the queue pairs that went during the last news:
  * every line first, so that a client's report waits for no close.
@@ -516,8 +570,12 @@ static void ec_bury(struct ec_thread *t)
 	struct ec_server *s = t->s;
 	struct ec_conn *c, *doomed = t->doomed;
 	struct rig_qp_peer peer;
+	unsigned int n = 0;
+	uint64_t t0, cpu0;
 	int err, wc, ret;
 
+	if (!doomed)
+		return;
 	t->doomed = NULL;
 	for (c = doomed; c; c = c->next_doomed) {
 		/* what its rings still report: the failure and its reason */
@@ -535,8 +593,11 @@ static void ec_bury(struct ec_thread *t)
 		       c->gone ? strerror(-c->gone) : "failed", c->gone ? c->gone
 		       : c->error, err, wc, c->why ? c->why : "none");
 	}
+	t0 = ec_clock_ns(CLOCK_MONOTONIC);
+	cpu0 = ec_clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	while ((c = doomed)) {
 		doomed = c->next_doomed;
+		n++;
 		/* its memory goes at RIG_NEWS_CLOSED (ec_closed) */
 		c->closing = true;
 		ret = rig_qp_close(c->qp, (uint64_t)(uintptr_t)c);
@@ -548,6 +609,9 @@ static void ec_bury(struct ec_thread *t)
 			ec_closed(t, c);
 		}
 	}
+	if (n)
+		ec_count_closes(s, n, ec_clock_ns(CLOCK_MONOTONIC) - t0,
+				ec_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0);
 }
 
 static void ec_on_news(struct ec_thread *t, const struct rig_ready *r)
@@ -588,6 +652,8 @@ static void ec_on_news(struct ec_thread *t, const struct rig_ready *r)
 static int ec_on_rig(struct ec_thread *t, const struct io_uring_cqe *cqe)
 {
 	struct rig_ready ready[EC_READY];
+	uint64_t t0 = ec_clock_ns(CLOCK_MONOTONIC);
+	uint64_t cpu0 = ec_clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	int i, n, round;
 
 	/* More than EC_READY: ask for the rest, a few times; news left then
@@ -603,6 +669,8 @@ static int ec_on_rig(struct ec_thread *t, const struct io_uring_cqe *cqe)
 		cqe = NULL;
 	}
 	ec_bury(t);
+	ec_max(&t->s->pass_max_ns, ec_clock_ns(CLOCK_MONOTONIC) - t0);
+	ec_max(&t->s->pass_cpu_max_ns, ec_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0);
 	return 0;
 }
 
@@ -946,6 +1014,13 @@ int main(int argc, char *argv[])
 	 * glibc gives back only as that thread frees.
 	 */
 	mallopt(M_ARENA_MAX, 1);
+	/*
+	 * No transparent huge pages: where the kernel makes them for every
+	 * anonymous mapping, a thread's stack that grows a few bytes across
+	 * a 2 MiB boundary takes 2 MiB at once, and the resident set says
+	 * nothing about what the server holds. Best-effort.
+	 */
+	prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return ec_fail_sys("calloc", ENOMEM);
