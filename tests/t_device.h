@@ -112,13 +112,14 @@ long t_resident_kib(void);
 double t_now_ms(void);
 
 /* Runs a shell command in the test VM (ip, tc); fails the test if it
- * fails. */
+ * fails. A tc command marks the wire touched, for t_wire_mend. */
 void t_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The wire between the two hosts whole again after a test cut it: no
  * qdisc on either end, and no neighbour entry left half-resolved (an
  * INCOMPLETE one would make the next ARP probe, and so the next connect,
- * wait up to a second). Never asserts: fini may call it. */
+ * wait up to a second). Does nothing when no tc command of t_sh ran since
+ * the last mend. Never asserts: fini may call it. */
 void t_wire_mend(void);
 
 /* What a raw rdma_cm end offers: @priv (@len bytes) as its private data

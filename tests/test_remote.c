@@ -51,20 +51,6 @@ static void sh_quiet(const char *cmd)
 	(void)ret;
 }
 
-/* No qdisc on either end. Cheap and harmless when there is none: every
- * test does it first, in case a crashed test (no fini) left the wire cut. */
-static void wire_unblock(void)
-{
-	char cmd[256];
-
-	snprintf(cmd, sizeof(cmd), "tc qdisc del dev %s root 2>/dev/null; "
-		 "tc qdisc del dev %s root 2>/dev/null; "
-		 "tc qdisc del dev %s clsact 2>/dev/null; "
-		 "tc qdisc del dev %s clsact 2>/dev/null", t_netdev(), t_peer_netdev(),
-		 t_netdev(), t_peer_netdev());
-	sh_quiet(cmd);
-}
-
 /* Every packet either end sends is lost, ARP included, and both neighbour
  * caches forget the other's MAC, so that resolving it again needs the
  * (lost) ARP. Both directions: an ARP reply to a request sent before the
@@ -90,7 +76,7 @@ static void setup(void)
 			   "topology (tests/rxe-vm --two-hosts)");
 	cr_assert_not_null(t_dev(), "RIG_TEST_DEV is unset");
 	cr_assert_not_null(getenv("RIG_TEST_NETDEV"), "RIG_TEST_NETDEV is unset");
-	wire_unblock();
+	t_wire_mend();	/* in case a crashed test (no fini) left the wire cut */
 	t_stall_start();	/* for check_window */
 	nic_a = t_nic_open(t_dev());
 	nic_b = t_nic_open(t_peer_dev());
