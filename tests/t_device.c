@@ -340,6 +340,13 @@ void t_exchange(struct rig_qp *from, struct rig_qp *to, struct t_buf *tx,
 	cr_assert_arr_eq(rx->mem, tx->mem, n);
 }
 
+bool t_long(void)
+{
+	const char *l = getenv("RIG_TEST_LONG");
+
+	return l && !strcmp(l, "1");
+}
+
 /* A tc command of t_sh leaves this file, for t_wire_mend: with none, the
  * wire has no qdisc of a test's, and t_wire_mend starts no process (each
  * costs ~0.3 s in the emulated guest, and every test of a suite mends at

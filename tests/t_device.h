@@ -111,6 +111,9 @@ long t_resident_kib(void);
 /* Monotonic milliseconds. */
 double t_now_ms(void);
 
+/* Whether the long forms run: RIG_TEST_LONG=1 (make check-long). */
+bool t_long(void);
+
 /* Runs a shell command in the test VM (ip, tc); fails the test if it
  * fails. A tc command marks the wire touched, for t_wire_mend. */
 void t_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

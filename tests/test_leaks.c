@@ -39,9 +39,7 @@
 
 static int cycles(int ci)
 {
-	const char *l = getenv("RIG_TEST_LONG");
-
-	return l && !strcmp(l, "1") ? ci * 10 : ci;
+	return t_long() ? ci * 10 : ci;
 }
 
 struct mark {

@@ -1125,7 +1125,7 @@ Test(model, Q1_Q2_Q3_P1_P3_P4_T1_T2_F1_F3_F5_F6_D1_random_operations)
 		regions_release();
 		return;
 	}
-	if (!getenv("RIG_TEST_LONG") || strcmp(getenv("RIG_TEST_LONG"), "1")) {
+	if (!t_long()) {
 		for (i = 0; i < sizeof(fixed_seeds) / sizeof(fixed_seeds[0]); i++)
 			run_seed(fixed_seeds[i], steps);
 		regions_release();

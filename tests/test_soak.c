@@ -564,7 +564,7 @@ static void soak_run(struct soak *s, struct result *res)
 
 Test(soak, netem_loss_dup_reorder_jitter_64_queue_pairs_in_order_intact_rig_vs_raw, .timeout = 0)
 {
-	bool long_run = getenv("RIG_TEST_LONG") && !strcmp(getenv("RIG_TEST_LONG"), "1");
+	bool long_run = t_long();
 	uint64_t total = long_run ? LONG_MESSAGES : MESSAGES;
 	struct result rig = { 0 }, raw = { 0 };
 	static struct soak s;
