@@ -59,11 +59,14 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 }
 
 /*
- * The other gate: the first ibv_destroy_cq or rdma_destroy_id (held.what)
- * that a thread other than the test's makes once the gate is armed waits
- * until the test opens it, or until the watchdog does, 20 s after it was
- * entered: then the test's thread was stuck (in the loop's lock, say),
- * and the test fails on held.forced rather than hanging.
+ * The other gate: the first ibv_destroy_cq, rdma_destroy_id or
+ * rdma_disconnect (held.what) that a thread other than the test's makes
+ * once the gate is armed waits until the test opens it, or until the
+ * watchdog does, 20 s after it was entered: then the test's thread was
+ * stuck (in the loop's lock, say), and the test fails on held.forced
+ * rather than hanging. An id's call is held only if the id is the
+ * server's (its local port the listener's): the client's loop hangs up
+ * on its own helper when the server closes, and may get there first.
  */
 enum held_step { HOLD_NONE, HOLD_DESTROY_CQ, HOLD_DESTROY_ID, HOLD_DISCONNECT };
 
@@ -76,17 +79,19 @@ static const char *const held_names[] = {
 static struct {
 	enum held_step what;	/* armed for this step; HOLD_NONE once entered */
 	pthread_t test;
+	uint16_t port;		/* and for an id with this local port only */
 	sem_t in, open;
 	sem_t calm;		/* the test is past its checks: no watchdog */
 	bool forced;		/* the watchdog opened it */
 	pthread_t watchdog;
 } held;
 
-static bool hold_here(enum held_step step)
+static bool hold_here(enum held_step step, struct rdma_cm_id *id)
 {
 	enum held_step want = step;
 
 	if (pthread_equal(pthread_self(), held.test) ||
+	    (id && rdma_get_src_port(id) != htons(held.port)) ||
 	    !__atomic_compare_exchange_n(&held.what, &want, HOLD_NONE, false,
 					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		return false;
@@ -100,7 +105,7 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 	int (*real)(struct ibv_cq *) =
 		(int (*)(struct ibv_cq *))dlsym(RTLD_NEXT, "ibv_destroy_cq");
 
-	hold_here(HOLD_DESTROY_CQ);
+	hold_here(HOLD_DESTROY_CQ, NULL);
 	return real(cq);
 }
 
@@ -109,7 +114,7 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 	int (*real)(struct rdma_cm_id *) =
 		(int (*)(struct rdma_cm_id *))dlsym(RTLD_NEXT, "rdma_destroy_id");
 
-	hold_here(HOLD_DESTROY_ID);
+	hold_here(HOLD_DESTROY_ID, id);
 	return real(id);
 }
 
@@ -118,7 +123,7 @@ int rdma_disconnect(struct rdma_cm_id *id)
 	int (*real)(struct rdma_cm_id *) =
 		(int (*)(struct rdma_cm_id *))dlsym(RTLD_NEXT, "rdma_disconnect");
 
-	hold_here(HOLD_DISCONNECT);
+	hold_here(HOLD_DISCONNECT, id);
 	return real(id);
 }
 
@@ -674,6 +679,7 @@ static void held_open(struct held_run *h, int port)
 	int i, k, ret;
 
 	cr_assert(sip, "no $RIG_TEST_IP: run in the test VM (tests/rxe-vm)");
+	held.port = (uint16_t)port;	/* the server's ids: accepted on it */
 	h->cnic = t_nic_open(t_dev());
 	h->snic = t_peer_dev() ? t_nic_open(t_peer_dev()) : h->cnic;
 	cr_assert_eq(rig_loop_open(h->cnic, &h->cl), 0, "%s", rig_errmsg());
