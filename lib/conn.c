@@ -17,8 +17,7 @@
  *	OWING            both    its news handed out   accept: ACCEPTING; dial: UP
  *	ACCEPTING        accept  ESTABLISHED           UP
  *	UP               both    DISCONNECTED, REJECTED, DEVICE_REMOVAL,
- *	                         CONNECT_ERROR, UNREACHABLE: the peer is gone;
- *	                         its id hangs up on the helper (gone())
+ *	                         CONNECT_ERROR, UNREACHABLE: the peer is gone
  *
  * A loop's connection hands its queue pair out (RIG_NEWS_ACCEPTED or
  * RIG_NEWS_DIALED) as soon as it is at RTS, before the handshake's next
@@ -1027,67 +1026,19 @@ static void lose(struct conn *c, int err, const char *why)
 
 	rig__events_fail_qp(c->qp, err, why);
 	/* F2: the NIC runs nothing more of it; what it completed before
-	 * counts, what it flushes now completes with the failure's error.
-	 * Here, not on the helper: rig may complete the due entries itself
-	 * once it knows of the failure (F6), and their buffers are then the
-	 * application's again. */
+	 * counts, what it flushes now completes with the failure's error. */
 	ibv_modify_qp(c->qp->pub.ibqp, &attr, IBV_QP_STATE);
 	c->gone.what.result = -err;
 	rig__loop_post(c->loop, &c->gone);
 }
 
-/* A departed connection's id: the peer's disconnect answered, then the
- * id destroyed, on the loop's helper thread. */
-struct hangup {
-	struct rig__job job;
-	struct rdma_cm_id *id;
-};
-
-static void hang_up(struct rdma_cm_id *id)
-{
-	/* Answer the peer's disconnect request, so its side completes. */
-	rdma_disconnect(id);
-	rdma_destroy_id(id);
-}
-
-static void hangup_work(struct rig__job *job)
-{
-	struct hangup *h = container_of(job, struct hangup, job);
-
-	hang_up(h->id);
-	free(h);
-}
-
-/*
- * The peer left, or the device went: the queue pair fails and the news
- * goes out here, and the id has nothing more to say. Its answer and its
- * destroy go to the helper: each waits for the kernel (and, for the
- * answer, sends a message to the peer's CM), which on bnxt_re and mlx5
- * is a firmware command or a MAD, and a server's clients often leave
- * together. The id leaves the connection first, with no context, so the
- * connection's own end never meets it; an event of it that the loop
- * reads meanwhile is acked at once.
- */
 static void gone(struct conn *c, enum rdma_cm_event_type type)
 {
-	struct rdma_cm_id *id = c->id;
-	struct hangup *h;
-
 	if (c->gone.what.result)
 		return;		/* told once */
 	lose(c, departure_err(type), departure_why(type));
-	forget_kept(c->loop, id);
-	id->context = NULL;
-	c->id = NULL;
-	h = c->blocking ? NULL : malloc(sizeof(*h));
-	if (h) {
-		*h = (struct hangup){ .job = { .work = hangup_work, .teardown = true },
-				      .id = id };
-		if (!rig__loop_defer(c->loop, &h->job))
-			return;
-		free(h);
-	}
-	hang_up(id);
+	/* Answer the peer's disconnect request, so its side completes. */
+	rdma_disconnect(c->id);
 }
 
 /* Why a handshake failed once its queue pair was the application's. */
