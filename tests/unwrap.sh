@@ -18,9 +18,9 @@ unwrap() {
 		lib=${path%/*}/../lib/.libs
 		line=
 		IFS= read -r line <"$path" 2>/dev/null || true
-		[[ $line == '#!'* && -x ${path%/*}/.libs/${path##*/} && -d $lib ]] || continue
+		[[ $line == '#!'* && -x ${path%/*}/.libs/${path##*/} ]] || continue
+		lib=$(cd "$lib" 2>/dev/null && pwd) || continue
 		printf -v "$var" %s "${path%/*}/.libs/${path##*/}"
-		lib=$(cd "$lib" && pwd) || continue
 		[[ :${LD_LIBRARY_PATH:-}: == *:$lib:* ]] ||
 			export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 	done
