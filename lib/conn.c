@@ -17,7 +17,8 @@
  *	OWING            both    its news handed out   accept: ACCEPTING; dial: UP
  *	ACCEPTING        accept  ESTABLISHED           UP
  *	UP               both    DISCONNECTED, REJECTED, DEVICE_REMOVAL,
- *	                         CONNECT_ERROR, UNREACHABLE: the peer is gone
+ *	                         CONNECT_ERROR, UNREACHABLE: the peer is gone;
+ *	                         the helper answers it (answer())
  *
  * A loop's connection hands its queue pair out (RIG_NEWS_ACCEPTED or
  * RIG_NEWS_DIALED) as soon as it is at RTS, before the handshake's next
@@ -171,6 +172,9 @@ struct conn {
 	 * in_job, the helper thread runs them and owns qp. */
 	struct rig__job job;
 	bool in_job;
+	/* The departed peer's answer, while the helper owes it (gone()):
+	 * the id is the answer's to destroy if the connection ends first. */
+	struct answer *answer;
 	int (*slow)(struct conn *c);
 	void (*then)(struct conn *c, int ret);
 };
@@ -450,18 +454,87 @@ out:
 	c->qp = NULL;
 }
 
+/*
+ * A departed peer's answer (rdma_disconnect), sent on the loop's helper:
+ * on bnxt_re and mlx5 it is a message through the CM, and a server's
+ * clients often leave together. The id stays the connection's, to be
+ * destroyed where its queue pair is (rig_qp_destroy on the caller's
+ * thread, rig_qp_close on the helper), unless the connection ends while
+ * the answer is owed: then take_id() leaves the id to the answer, which
+ * destroys it once sent.
+ */
+struct answer {
+	struct rig__job job;
+	struct rig_loop *loop;
+	struct rdma_cm_id *id;
+	struct conn *c;		/* NULL once the connection ended: the id is ours */
+};
+
+static void answer_work(struct rig__job *job)
+{
+	struct answer *a = container_of(job, struct answer, job);
+	bool ours;
+
+	rdma_disconnect(a->id);
+	pthread_mutex_lock(&a->loop->cm_lock);
+	ours = !a->c;
+	if (a->c)
+		a->c->answer = NULL;
+	pthread_mutex_unlock(&a->loop->cm_lock);
+	if (ours)
+		rdma_destroy_id(a->id);
+	free(a);
+}
+
+/* Answers the departed peer's disconnect request, so its side completes:
+ * on the helper for a loop's connection, else here. cm_lock held. */
+static void answer(struct conn *c)
+{
+	struct answer *a = c->blocking ? NULL : malloc(sizeof(*a));
+
+	if (a) {
+		*a = (struct answer){ .job = { .work = answer_work, .teardown = true },
+				      .loop = c->loop, .id = c->id, .c = c };
+		if (!rig__loop_defer(c->loop, &a->job)) {
+			c->answer = a;
+			return;
+		}
+		free(a);
+	}
+	rdma_disconnect(c->id);
+}
+
+/* Takes @c's id from it, with no context and nothing kept for it; NULL
+ * when it has none, or when an answer still owed will destroy it. An
+ * event of the id that the loop reads from now on finds no connection
+ * and is acked at once. cm_lock held. */
+static struct rdma_cm_id *take_id(struct conn *c)
+{
+	struct rdma_cm_id *id = c->id;
+
+	if (!id)
+		return NULL;
+	forget_kept(c->loop, id);
+	id->context = NULL;
+	c->id = NULL;
+	if (!c->answer)
+		return id;
+	c->answer->c = NULL;
+	c->answer = NULL;
+	return NULL;
+}
+
 /* Gives back what @c holds: its place in a list, its queue pair, its id
  * and what was kept for it. cm_lock held; no helper works on it. */
 static void conn_strip(struct conn *c)
 {
+	struct rdma_cm_id *id = take_id(c);
+
 	set_home(c, HOME_NONE, NULL);
 	if (c->qp)
 		free_qp(c);
-	if (c->id) {
-		forget_kept(c->loop, c->id);
-		rdma_destroy_id(c->id);
-		c->id = NULL;
-	}
+	if (id)
+		rdma_destroy_id(id);
 }
 
 /* The handshake's outcome, once, for the conn_done probe: @result and
@@ -638,13 +711,8 @@ static void release(struct rig__qp_owner *o)
 	pthread_mutex_lock(&loop->cm_lock);
 	c->qp = NULL;		/* its destroyer frees it */
 	handshake_over(c, -ECONNABORTED);	/* with the peer's address */
-	id = c->id;
 	established = c->established;
-	if (id) {
-		forget_kept(loop, id);
-		id->context = NULL;
-		c->id = NULL;
-	}
+	id = take_id(c);
 	conn_end(c);
 	pthread_mutex_unlock(&loop->cm_lock);
 	if (!id)
@@ -1037,8 +1105,8 @@ static void gone(struct conn *c, enum rdma_cm_event_type type)
 	if (c->gone.what.result)
 		return;		/* told once */
 	lose(c, departure_err(type), departure_why(type));
-	/* Answer the peer's disconnect request, so its side completes. */
-	rdma_disconnect(c->id);
+	answer(c);
+	c->established = false;	/* answered: nothing more to end */
 }
 
 /* Why a handshake failed once its queue pair was the application's. */
@@ -1067,14 +1135,16 @@ static const char *owned_why(int err)
  * destroy wait in the kernel for the rejection's time-wait: seconds.) */
 static void fail_owned(struct conn *c, int err)
 {
+	struct rdma_cm_id *id;
+
 	handshake_over(c, -err);
 	listener_leave(c);
 	set_home(c, HOME_NONE, NULL);
 	c->state = CONN_UP;	/* no event comes: its id is gone */
 	lose(c, err, owned_why(err));
-	forget_kept(c->loop, c->id);
-	rdma_destroy_id(c->id);
-	c->id = NULL;
+	id = take_id(c);
+	if (id)
+		rdma_destroy_id(id);
 }
 
 /* One step of @c's handshake, or its end (the table at the top). */

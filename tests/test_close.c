@@ -59,31 +59,46 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 }
 
 /*
- * The other gate: the first ibv_destroy_cq or rdma_destroy_id (held.what)
- * that a thread other than the test's makes once the gate is armed waits
- * until the test opens it, or until the watchdog does, 20 s after it was
- * entered: then the test's thread was stuck (in the loop's lock, say),
- * and the test fails on held.forced rather than hanging.
+ * The other gate: the first ibv_destroy_cq, rdma_destroy_id or
+ * rdma_disconnect (held.what) that a thread other than the test's makes
+ * once the gate is armed waits until the test opens it, or until the
+ * watchdog does, 20 s after it was entered: then the test's thread was
+ * stuck (in the loop's lock, say), and the test fails on held.forced
+ * rather than hanging. An id's call is held only if the id is the
+ * server's (its local port the listener's): the client's loop hangs up
+ * on its own helper when the server closes, and may get there first.
  */
-enum held_step { HOLD_NONE, HOLD_DESTROY_CQ, HOLD_DESTROY_ID };
+enum held_step { HOLD_NONE, HOLD_DESTROY_CQ, HOLD_DESTROY_ID, HOLD_DISCONNECT };
+
+static const char *const held_names[] = {
+	[HOLD_DESTROY_CQ] = "ibv_destroy_cq",
+	[HOLD_DESTROY_ID] = "rdma_destroy_id",
+	[HOLD_DISCONNECT] = "rdma_disconnect",
+};
 
 static struct {
 	enum held_step what;	/* armed for this step; HOLD_NONE once entered */
 	pthread_t test;
+	uint16_t port;		/* and for an id with this local port only */
 	sem_t in, open;
 	sem_t calm;		/* the test is past its checks: no watchdog */
 	bool forced;		/* the watchdog opened it */
 	pthread_t watchdog;
+	struct rdma_cm_id *id;	/* the held call's id */
+	bool id_destroyed;	/* rdma_destroy_id(id) was called */
+	pthread_t id_destroyer;
 } held;
 
-static bool hold_here(enum held_step step)
+static bool hold_here(enum held_step step, struct rdma_cm_id *id)
 {
 	enum held_step want = step;
 
 	if (pthread_equal(pthread_self(), held.test) ||
+	    (id && rdma_get_src_port(id) != htons(held.port)) ||
 	    !__atomic_compare_exchange_n(&held.what, &want, HOLD_NONE, false,
 					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		return false;
+	__atomic_store_n(&held.id, id, __ATOMIC_RELEASE);
 	sem_post(&held.in);
 	sem_wait(&held.open);
 	return true;
@@ -94,7 +109,7 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 	int (*real)(struct ibv_cq *) =
 		(int (*)(struct ibv_cq *))dlsym(RTLD_NEXT, "ibv_destroy_cq");
 
-	hold_here(HOLD_DESTROY_CQ);
+	hold_here(HOLD_DESTROY_CQ, NULL);
 	return real(cq);
 }
 
@@ -103,7 +118,20 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 	int (*real)(struct rdma_cm_id *) =
 		(int (*)(struct rdma_cm_id *))dlsym(RTLD_NEXT, "rdma_destroy_id");
 
-	hold_here(HOLD_DESTROY_ID);
+	hold_here(HOLD_DESTROY_ID, id);
+	if (id && id == __atomic_load_n(&held.id, __ATOMIC_ACQUIRE)) {
+		held.id_destroyer = pthread_self();
+		__atomic_store_n(&held.id_destroyed, true, __ATOMIC_RELEASE);
+	}
+	return real(id);
+}
+
+int rdma_disconnect(struct rdma_cm_id *id)
+{
+	int (*real)(struct rdma_cm_id *) =
+		(int (*)(struct rdma_cm_id *))dlsym(RTLD_NEXT, "rdma_disconnect");
+
+	hold_here(HOLD_DISCONNECT, id);
 	return real(id);
 }
 
@@ -554,7 +582,19 @@ struct held_run {
 	struct rig_qp *c[HELD_CONNS], *s[HELD_CONNS];
 	int nc, ns;
 	struct t_buf tx, rx;
+	struct rig_qp *left;	/* whose RIG_NEWS_GONE may come any time */
+	int left_news;
 };
+
+/* Counts @r if it is h->left's departure: -ECONNRESET, once. */
+static bool left_news(struct held_run *h, const struct rig_ready *r, bool server)
+{
+	if (!server || !h->left || r->qp != h->left || r->news != RIG_NEWS_GONE)
+		return false;
+	cr_assert_eq(r->result, -ECONNRESET, "%d", r->result);
+	cr_assert_eq(++h->left_news, 1, "RIG_NEWS_GONE twice");
+	return true;
+}
 
 /* Turns both loops, each piece of news to @done, until @done says so or
  * @ms pass. Returns whether @done said so. */
@@ -605,22 +645,20 @@ static struct rig_qp *held_expect_qp;
 
 static bool got_ring(struct held_run *h, const struct rig_ready *r, bool server)
 {
-	(void)h;
-	if (!server)
-		return false;
-	cr_assert_eq(r->news, RIG_NEWS_RING, "server news %d while the close is held", r->news);
+	if (!server || left_news(h, r, server) || (h->left && r->qp == h->left))
+		return false;	/* the departed one's rings tell of its failure */
+	cr_assert_eq(r->news, RIG_NEWS_RING, "server news %d while the helper is held", r->news);
 	cr_assert_eq(r->qp, held_expect_qp);
 	return r->side == RIG_RECEIVE;
 }
 
 static bool got_gone(struct held_run *h, const struct rig_ready *r, bool server)
 {
-	(void)h;
-	if (!server)
+	if (!server || left_news(h, r, server))
 		return false;
 	if (r->news == RIG_NEWS_RING)
 		return false;
-	cr_assert_eq(r->news, RIG_NEWS_GONE, "server news %d while the close is held", r->news);
+	cr_assert_eq(r->news, RIG_NEWS_GONE, "server news %d while the helper is held", r->news);
 	cr_assert_eq(r->qp, held_expect_qp);
 	cr_assert_eq(r->result, -ECONNRESET, "%d", r->result);
 	return true;
@@ -638,92 +676,142 @@ static bool got_closed(struct held_run *h, const struct rig_ready *r, bool serve
 	return true;
 }
 
-static void held_close_run(enum held_step step)
+/* Three connections up between a client loop and a server loop, and
+ * which accepted queue pair is which dial's (a message from each
+ * client's in turn tells): h->s[k] is h->c[k]'s peer. */
+static void held_open(struct held_run *h, int port)
 {
 	const char *sip = getenv(t_peer_dev() ? "RIG_TEST_PEER_IP" : "RIG_TEST_IP");
-	struct held_run h = { 0 };
 	struct rig_completion c;
 	struct rig_qp *t;
 	int i, k, ret;
 
 	cr_assert(sip, "no $RIG_TEST_IP: run in the test VM (tests/rxe-vm)");
-	h.cnic = t_nic_open(t_dev());
-	h.snic = t_peer_dev() ? t_nic_open(t_peer_dev()) : h.cnic;
-	cr_assert_eq(rig_loop_open(h.cnic, &h.cl), 0, "%s", rig_errmsg());
-	cr_assert_eq(rig_loop_open(h.snic, &h.sl), 0, "%s", rig_errmsg());
-	cr_assert_eq(rig_loop_watch(h.cl), 0, "%s", rig_errmsg());
-	cr_assert_eq(rig_loop_watch(h.sl), 0, "%s", rig_errmsg());
-	ret = rig_loop_listen(h.sl, sip, HELD_PORT + step, 5, &h.l);
+	held.port = (uint16_t)port;	/* the server's ids: accepted on it */
+	h->cnic = t_nic_open(t_dev());
+	h->snic = t_peer_dev() ? t_nic_open(t_peer_dev()) : h->cnic;
+	cr_assert_eq(rig_loop_open(h->cnic, &h->cl), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_open(h->snic, &h->sl), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_watch(h->cl), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_watch(h->sl), 0, "%s", rig_errmsg());
+	ret = rig_loop_listen(h->sl, sip, port, 5, &h->l);
 	cr_assert_eq(ret, 0, "rig_loop_listen(%s): %s", sip, rig_errmsg());
 	for (i = 0; i < HELD_CONNS; i++)
-		cr_assert_eq(rig_loop_dial(h.cl, sip, HELD_PORT + step, 30000000, (uint64_t)i),
+		cr_assert_eq(rig_loop_dial(h->cl, sip, port, 30000000, (uint64_t)i),
 			     0, "%s", rig_errmsg());
-	cr_assert(held_turn(&h, 60000, all_up), "%d dialed, %d accepted", h.nc, h.ns);
-	/* Which accepted queue pair is which dial's: a message from each
-	 * client's in turn tells. */
-	t_buf(&h.rx, h.snic, 64, 3);
-	t_buf(&h.tx, h.cnic, 64, 4);
+	cr_assert(held_turn(h, 60000, all_up), "%d dialed, %d accepted", h->nc, h->ns);
+	t_buf(&h->rx, h->snic, 64, 3);
+	t_buf(&h->tx, h->cnic, 64, 4);
 	for (i = 0; i < HELD_CONNS; i++)
-		cr_assert_eq(rig_qp_receive(h.s[i], h.rx.r, 0, 64), 0, "%s", rig_errmsg());
+		cr_assert_eq(rig_qp_receive(h->s[i], h->rx.r, 0, 64), 0, "%s", rig_errmsg());
 	for (k = 0; k < HELD_CONNS; k++) {
-		cr_assert_eq(rig_qp_send(h.c[k], h.tx.r, 0, 64), 0, "%s", rig_errmsg());
-		c = t_take(h.c[k], RIG_SEND, 10000);
+		cr_assert_eq(rig_qp_send(h->c[k], h->tx.r, 0, 64), 0, "%s", rig_errmsg());
+		c = t_take(h->c[k], RIG_SEND, 10000);
 		cr_assert_eq(c.error, 0, "%s", c.why);
 		for (i = k; i < HELD_CONNS; i++)
-			if (rig_qp_poll(h.s[i], RIG_RECEIVE, &c) == 1)
+			if (rig_qp_poll(h->s[i], RIG_RECEIVE, &c) == 1)
 				break;
 		cr_assert_lt(i, HELD_CONNS, "no accepted queue pair took dial %d's message", k);
 		cr_assert_eq(c.error, 0, "%s", c.why);
-		t = h.s[k];
-		h.s[k] = h.s[i];
-		h.s[i] = t;
-		cr_assert_eq(rig_qp_receive(h.s[k], h.rx.r, 0, 64), 0, "%s", rig_errmsg());
+		t = h->s[k];
+		h->s[k] = h->s[i];
+		h->s[i] = t;
+		cr_assert_eq(rig_qp_receive(h->s[k], h->rx.r, 0, 64), 0, "%s", rig_errmsg());
 	}
-	held_turn(&h, 300, only_rings);	/* the news of those */
+	held_turn(h, 300, only_rings);	/* the news of those */
+}
 
-	/* Arm, close one of the other two; the helper enters the step. */
+/* Arms the gate at @step for a thread other than this one, and does @go;
+ * returns once such a thread entered it, within 20 s, with its watchdog
+ * running. */
+static void held_arm(enum held_step step, void (*go)(struct held_run *), struct held_run *h)
+{
+	struct timespec ms1 = { 0, 1000000 };
+	struct rig_ready r[8];
+	int n, i, side;
+	double end;
+
 	held.test = pthread_self();
 	held.forced = false;
 	sem_init(&held.in, 0, 0);
 	sem_init(&held.open, 0, 0);
 	sem_init(&held.calm, 0, 0);
 	__atomic_store_n(&held.what, step, __ATOMIC_RELEASE);
-	held_expect_qp = h.s[0];
-	cr_assert_eq(rig_qp_close(h.s[0], 77), 0, "%s", rig_errmsg());
-	{
-		struct timespec ts;
-
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 20;
-		cr_assert_eq(sem_timedwait(&held.in, &ts), 0, "the helper never reached %s",
-			     step == HOLD_DESTROY_CQ ? "ibv_destroy_cq" : "rdma_destroy_id");
+	go(h);
+	/* The loops turn meanwhile: a step may reach the helper from one. */
+	end = now_ms() + 20000;
+	while (sem_trywait(&held.in)) {
+		cr_assert_lt(now_ms(), end, "no thread but the test's reached %s: "
+			     "the helper never did", held_names[step]);
+		for (side = 0; side < 2; side++) {
+			n = rig_loop_handle(side ? h->sl : h->cl, r, 8);
+			cr_assert_geq(n, 0, "rig_loop_handle: %s", rig_errmsg());
+			for (i = 0; i < n; i++)
+				cr_assert(r[i].news == RIG_NEWS_RING || left_news(h, &r[i], side) ||
+					  (!side && r[i].qp == h->c[0]),	/* closed by the server */
+					  "news %d before the helper was held", r[i].news);
+		}
+		nanosleep(&ms1, NULL);
 	}
 	cr_assert_eq(pthread_create(&held.watchdog, NULL, held_watchdog, NULL), 0);
+}
 
-	/* Held: a message on the second connection comes out as news. */
-	held_expect_qp = h.s[1];
-	cr_assert_eq(rig_qp_send(h.c[1], h.tx.r, 0, 64), 0, "%s", rig_errmsg());
-	cr_assert(held_turn(&h, 30000, got_ring), "no ring news of the second connection");
+/* While held in @step: a message on the second connection comes out of
+ * the server's loop as news, and so does the third's departure. */
+static void held_loop_turns(struct held_run *h, enum held_step step)
+{
+	struct rig_completion c;
+
+	held_expect_qp = h->s[1];
+	cr_assert_eq(rig_qp_send(h->c[1], h->tx.r, 0, 64), 0, "%s", rig_errmsg());
+	cr_assert(held_turn(h, 30000, got_ring), "no ring news of the second connection");
 	cr_assert_not(__atomic_load_n(&held.forced, __ATOMIC_ACQUIRE),
 		      "the server's loop handed out its ring news only once the watchdog "
-		      "let the close's %s go: it waited for it",
-		      step == HOLD_DESTROY_CQ ? "ibv_destroy_cq" : "rdma_destroy_id");
-	cr_assert_eq(rig_qp_poll(h.s[1], RIG_RECEIVE, &c), 1);
+		      "let the helper's %s go: it waited for it", held_names[step]);
+	cr_assert_eq(rig_qp_poll(h->s[1], RIG_RECEIVE, &c), 1);
 	cr_assert_eq(c.error, 0, "%s", c.why);
-	/* Held: the third's client leaves, and the server's loop says so. */
-	held_expect_qp = h.s[2];
-	cr_assert_eq(rig_qp_destroy(h.c[2]), 0, "%s", rig_errmsg());
-	cr_assert(held_turn(&h, 30000, got_gone), "no RIG_NEWS_GONE of the third connection");
+	held_expect_qp = h->s[2];
+	cr_assert_eq(rig_qp_destroy(h->c[2]), 0, "%s", rig_errmsg());
+	cr_assert(held_turn(h, 30000, got_gone), "no RIG_NEWS_GONE of the third connection");
 	cr_assert_not(__atomic_load_n(&held.forced, __ATOMIC_ACQUIRE),
 		      "the server's loop handed out a departure only once the watchdog "
-		      "let the close's %s go: it waited for it",
-		      step == HOLD_DESTROY_CQ ? "ibv_destroy_cq" : "rdma_destroy_id");
+		      "let the helper's %s go: it waited for it", held_names[step]);
+}
 
-	/* Open: the close ends, as news. */
+static void held_release(void)
+{
 	sem_post(&held.calm);
 	pthread_join(held.watchdog, NULL);
 	if (!held.forced)
 		sem_post(&held.open);
+}
+
+static void held_shut(struct held_run *h)
+{
+	cr_assert_eq(rig_listener_close(h->l), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_close(h->sl), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_close(h->cl), 0, "%s", rig_errmsg());
+	if (h->snic != h->cnic)
+		cr_assert_eq(rig_nic_close(h->snic), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_nic_close(h->cnic), 0, "%s", rig_errmsg());
+}
+
+static void close_first(struct held_run *h)
+{
+	held_expect_qp = h->s[0];
+	cr_assert_eq(rig_qp_close(h->s[0], 77), 0, "%s", rig_errmsg());
+}
+
+static void held_close_run(enum held_step step)
+{
+	struct held_run h = { 0 };
+
+	held_open(&h, HELD_PORT + step);
+	/* The server closes the first; its helper enters the step. */
+	held_arm(step, close_first, &h);
+	held_loop_turns(&h, step);
+	/* Open: the close ends, as news. */
+	held_release();
 	held_expect_qp = h.s[0];
 	cr_assert(held_turn(&h, 30000, got_closed), "no RIG_NEWS_CLOSED");
 
@@ -731,12 +819,7 @@ static void held_close_run(enum held_step step)
 	cr_assert_eq(rig_qp_destroy(h.s[1]), 0, "%s", rig_errmsg());
 	cr_assert_eq(rig_qp_destroy(h.c[1]), 0, "%s", rig_errmsg());
 	cr_assert_eq(rig_qp_destroy(h.c[0]), 0, "%s", rig_errmsg());
-	cr_assert_eq(rig_listener_close(h.l), 0, "%s", rig_errmsg());
-	cr_assert_eq(rig_loop_close(h.sl), 0, "%s", rig_errmsg());
-	cr_assert_eq(rig_loop_close(h.cl), 0, "%s", rig_errmsg());
-	if (h.snic != h.cnic)
-		cr_assert_eq(rig_nic_close(h.snic), 0, "%s", rig_errmsg());
-	cr_assert_eq(rig_nic_close(h.cnic), 0, "%s", rig_errmsg());
+	held_shut(&h);
 }
 
 Test(close, loop_turns_while_the_helper_is_held_in_rdma_destroy_id, .timeout = 180)
@@ -747,4 +830,63 @@ Test(close, loop_turns_while_the_helper_is_held_in_rdma_destroy_id, .timeout = 1
 Test(close, loop_turns_while_the_helper_is_held_in_ibv_destroy_cq, .timeout = 180)
 {
 	held_close_run(HOLD_DESTROY_CQ);
+}
+
+/*
+ * A departure takes no kernel call on the loop's thread but the one F2
+ * needs (its queue pair to the error state): the answer to the peer's
+ * disconnect runs on the helper. The first client destroys its queue
+ * pair; the server's loop hands out RIG_NEWS_GONE -ECONNRESET, and its
+ * helper is held inside the answer's rdma_disconnect. Meanwhile the
+ * server's loop hands out the second connection's ring news and the
+ * third's departure, as above. A loop that answered in line would never
+ * bring the gate a thread but the test's (the loop turns on it), and the
+ * test fails at the arming.
+ *
+ * Then the server destroys the departed queue pair while its answer is
+ * still owed: rig_qp_destroy returns at once, and the id, which the
+ * held answer is using, is destroyed only after it, by the helper.
+ */
+static void leave_first(struct held_run *h)
+{
+	h->left = h->s[0];
+	cr_assert_eq(rig_qp_destroy(h->c[0]), 0, "%s", rig_errmsg());
+}
+
+Test(close, departure_hangs_up_on_the_helper_not_the_loop, .timeout = 180)
+{
+	struct timespec ms1 = { 0, 1000000 };
+	struct held_run h = { 0 };
+	struct rig_completion c;
+	double end;
+
+	held_open(&h, HELD_PORT + HOLD_DISCONNECT);
+	held_arm(HOLD_DISCONNECT, leave_first, &h);
+	held_loop_turns(&h, HOLD_DISCONNECT);
+	held_expect_qp = NULL;
+	cr_assert_eq(h.left_news, 1, "the first connection's departure was not news "
+		     "before the third's");
+	/* Its receive, due, completed with the failure's error (F3). */
+	cr_assert_eq(rig_qp_poll(h.s[0], RIG_RECEIVE, &c), 1);
+	cr_assert_eq(c.error, -ECONNRESET, "%s", c.why);
+	/* Destroyed while its answer is owed: the id stays for the answer. */
+	cr_assert_eq(rig_qp_destroy(h.s[0]), 0, "%s", rig_errmsg());
+	cr_assert_not(__atomic_load_n(&held.forced, __ATOMIC_ACQUIRE),
+		      "rig_qp_destroy returned only once the watchdog let the helper's "
+		      "rdma_disconnect go: it waited for it");
+	cr_assert_not(__atomic_load_n(&held.id_destroyed, __ATOMIC_ACQUIRE),
+		      "the id was destroyed while its rdma_disconnect was under way");
+	held_release();
+	end = now_ms() + 20000;
+	while (!__atomic_load_n(&held.id_destroyed, __ATOMIC_ACQUIRE)) {
+		cr_assert_lt(now_ms(), end, "the answered id was never destroyed");
+		nanosleep(&ms1, NULL);
+	}
+	cr_assert_not(pthread_equal(held.id_destroyer, held.test),
+		      "the test's thread destroyed the id: the answer did not");
+
+	cr_assert_eq(rig_qp_destroy(h.s[2]), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_destroy(h.s[1]), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_destroy(h.c[1]), 0, "%s", rig_errmsg());
+	held_shut(&h);
 }
