@@ -1838,6 +1838,7 @@ static void hand(struct shared *g, struct handoff *h)
 	struct rig_listener *best = NULL, *p;
 	unsigned held, best_held = 0;
 	int pass, k, i, bi = 0;
+	int64_t at;
 
 	for (pass = 0; pass < 2 && !best && !g->closed; pass++)
 		for (k = 1; k <= g->n; k++) {
@@ -1867,13 +1868,14 @@ static void hand(struct shared *g, struct handoff *h)
 	}
 	g->rr = bi;
 	h->part = best;
-	h->at = rig__now_ns();
+	h->at = at = rig__now_ns();
 	__atomic_add_fetch(&best->loop->cm_held, 1, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&best->loop->inbox_lock);
 	rig__list_add(best->loop->cm_inbox.prev, &h->link);
 	pthread_mutex_unlock(&best->loop->inbox_lock);
+	/* From here @h is the member's, which may have taken and freed it. */
 	if (!g->timer_at)
-		shared_arm(g, h->at + RIG_CM_STALL_MS * 1000000ll);
+		shared_arm(g, at + RIG_CM_STALL_MS * 1000000ll);
 	wake(best->loop);
 }
 
