@@ -1094,7 +1094,10 @@ static void lose(struct conn *c, int err, const char *why)
 
 	rig__events_fail_qp(c->qp, err, why);
 	/* F2: the NIC runs nothing more of it; what it completed before
-	 * counts, what it flushes now completes with the failure's error. */
+	 * counts, what it flushes now completes with the failure's error.
+	 * Here, not on the helper with the peer's answer: rig may complete
+	 * the due entries itself once it knows of the failure (F6), and
+	 * their buffers are then the application's again. */
 	ibv_modify_qp(c->qp->pub.ibqp, &attr, IBV_QP_STATE);
 	c->gone.what.result = -err;
 	rig__loop_post(c->loop, &c->gone);
