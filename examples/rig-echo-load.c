@@ -51,25 +51,34 @@
  * message it has in flight is in, and the process ends as if that had
  * been its last message (a connection not yet up fails). With -l it
  * prints every round trip as it ends, "[seconds.micros] round trip US
- * us, stall ST us ...", so that a test can see what a connection met at
- * any moment, not only its worst.
+ * us, stall ST us, with a server thread's waits WT,... us ...", so that a
+ * test can see what a connection met at any moment, not only its worst.
  *
  * The stall meter (-l). On a shared host the machine itself stops our
  * threads: a virtual CPU the host does not run, or more threads ready
  * to run in the guest than it has CPUs, holds a round trip up however
- * quick the server is. That is measured, not guessed: one meter thread
- * per CPU, pinned to it, an ordinary thread like the others, asks to
- * wake every millisecond. A wake-up more than EL_STALL_NS late is a
- * stall: that CPU did not run a thread that was ready, from the
- * asked-for wake-up until the late one. ST is how long, within the
- * round trip, at least one CPU was so stalled (the union of every
- * meter's stalls, clipped to the trip). A server that holds its own
- * thread - busy in a call while a message waits - stalls no meter: the
- * scheduler runs a thread that wakes from sleep ahead of one that has
- * been computing, so that time counts in full. (At SCHED_FIFO the
- * meters would miss the guest's own crowding: when 180 clients die at
- * once, their kernel teardown and the server's helper threads share two
- * CPUs with the loop threads, which then wait for a CPU, not for rig.)
+ * quick the server is. That is measured, not guessed, two ways.
+ * - One meter thread per CPU, pinned to it, an ordinary thread like the
+ *   others, asks to wake every millisecond. A wake-up more than
+ *   EL_STALL_NS late is a stall: that CPU did not run a thread that was
+ *   ready, from the asked-for wake-up until the late one.
+ * - Those meters miss the guest's own crowding: the scheduler runs a
+ *   thread that wakes from sleep ahead of one that has been computing,
+ *   so a meter wakes on time while a busy thread waits. When 180
+ *   clients die at once, their kernel teardown and the server's helper
+ *   threads share two CPUs with its loop threads (measured: a loop
+ *   thread's pass of news took 138 ms, 4 ms of it on a CPU and 134 ms
+ *   ready to run and not run). So the threads that carry a round trip
+ *   are measured too, by what the kernel counts for each
+ *   (/proc/TID/schedstat: the time it spent ready on a run queue): our
+ *   loop threads (with -g all of them, else those running when the
+ *   load starts), and with -W the server's, when it runs on this
+ *   machine. A wait longer than EL_STALL_NS is a stall too.
+ * ST is how long, within the round trip, a CPU was stalled or one of our
+ * threads waited (the union, clipped to the trip); each WT the same with
+ * one server thread's waits too, in -W's order (ST alone without -W):
+ * which of them served the connection is the server's to say. What the
+ * server's thread spent on a CPU, or asleep in a call, counts in full.
  *
  * Build:
  *	cc -O2 -pthread -o rig-echo-load rig-echo-load.c \
@@ -77,6 +86,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <poll.h>
 #include <pthread.h>
@@ -129,6 +139,7 @@ struct el_opts {
 	bool forever;
 	bool gate;
 	bool log_trips;			/* -l */
+	const char *watch;		/* -W: the server's thread ids */
 };
 
 struct el_conn {
@@ -157,9 +168,12 @@ struct el_span {
 	uint64_t from, to;
 };
 
-/* -l: one CPU's stall meter */
+/* -l: one CPU's stall meter, or a thread's (fd >= 0): its waits for a CPU */
 struct el_meter {
 	int cpu;
+	int fd;				/* the thread's schedstat, else -1 */
+	bool server;			/* -W's: its waits count for it alone */
+	unsigned long long waited;	/* the thread's waits so far, ns */
 	pthread_t tid;
 	bool started;
 	pthread_mutex_t lock;		/* of what follows */
@@ -174,6 +188,7 @@ struct el_thread {
 	struct el_load *l;
 	unsigned int idx;
 	pthread_t tid;
+	atomic_int ktid;		/* its id in the kernel: -l watches it */
 	struct rig_loop *loop;
 	struct io_uring ring;
 	bool ring_up;
@@ -476,6 +491,53 @@ static void el_mismatch(struct el_thread *t, struct el_conn *c, uint32_t bytes)
 
 /* ---- the stall meter (-l) --------------------------------------------- */
 
+/* A thread's waits for a CPU so far, in ns (/proc's schedstat: the time
+ * it spent ready on a run queue); -1 if unreadable (it ended). */
+static int el_read_waited(int fd, unsigned long long *waited)
+{
+	unsigned long long ran;
+	char buf[128];
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	return sscanf(buf, "%llu %llu", &ran, waited) == 2 ? 0 : -1;
+}
+
+static unsigned long long el_waited(int fd)
+{
+	unsigned long long w = 0;
+
+	el_read_waited(fd, &w);
+	return w;
+}
+
+/* A thread's meter: each wait for a CPU longer than a stall is a span
+ * that ends at the reading that saw it. The kernel adds a wait once the
+ * thread runs, so the span is where it was, within a period. */
+static void *el_watch_main(void *arg)
+{
+	struct el_meter *m = arg;
+	struct timespec ts = { 0, EL_METER_NS };
+	unsigned long long w;
+	uint64_t now;
+
+	for (;;) {
+		nanosleep(&ts, NULL);
+		w = el_waited(m->fd);
+		now = el_now_ns();
+		pthread_mutex_lock(&m->lock);
+		if (w > m->waited + EL_STALL_NS)
+			m->stall[m->n++ % EL_STALLS] = (struct el_span){
+				now - (w - m->waited), now };
+		if (w > m->waited)
+			m->waited = w;
+		pthread_mutex_unlock(&m->lock);
+	}
+	return NULL;
+}
+
 static void *el_meter_main(void *arg)
 {
 	struct el_meter *m = arg;
@@ -483,6 +545,8 @@ static void *el_meter_main(void *arg)
 	cpu_set_t set;
 	uint64_t now, last;
 
+	if (m->fd >= 0)
+		return el_watch_main(arg);
 	/* best-effort: unpinned, it measures whichever CPU it is on */
 	CPU_ZERO(&set);
 	CPU_SET(m->cpu, &set);
@@ -512,7 +576,67 @@ static void *el_meter_main(void *arg)
 	return NULL;
 }
 
-/* One meter per CPU we may run on; they start with the load. */
+static struct el_meter *el_meter_add(struct el_load *l, int cpu, int fd, bool server)
+{
+	struct el_meter *m;
+
+	if (l->nmeters == EL_METERS_MAX) {
+		fprintf(stderr, "more than %d stall meters\n", EL_METERS_MAX);
+		exit(1);
+	}
+	m = &l->meter[l->nmeters++];
+	m->cpu = cpu;
+	m->fd = fd;
+	m->server = server;
+	pthread_mutex_init(&m->lock, NULL);
+	if (fd >= 0)
+		m->waited = el_waited(fd);
+	return m;
+}
+
+/* A meter for thread @tid's waits for a CPU (/proc/@tid/schedstat). */
+static int el_watch(struct el_load *l, long tid, bool server)
+{
+	unsigned long long w;
+	char path[64];
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%ld/schedstat", tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || el_read_waited(fd, &w)) {
+		fprintf(stderr, "no waits to read in %s: %s\n", path,
+			fd < 0 ? strerror(errno) : "not a schedstat line");
+		if (fd >= 0)
+			close(fd);
+		return 1;
+	}
+	el_meter_add(l, -1, fd, server);
+	return 0;
+}
+
+/* -W's threads: the server's, one meter each. */
+static int el_watch_server(struct el_load *l)
+{
+	const char *p = l->o.watch;
+	char *end;
+	long tid;
+
+	while (p && *p) {
+		errno = 0;
+		tid = strtol(p, &end, 10);
+		if (errno || end == p || tid <= 0 || (*end && *end != ',')) {
+			fprintf(stderr, "-W: not a list of thread ids: %s\n", l->o.watch);
+			return 1;
+		}
+		if (el_watch(l, tid, true))
+			return 1;
+		p = *end ? end + 1 : end;
+	}
+	return 0;
+}
+
+/* One meter per CPU we may run on, and one per thread -W names; they
+ * start with the load. */
 static int el_meters_init(struct el_load *l)
 {
 	cpu_set_t set;
@@ -528,11 +652,9 @@ static int el_meters_init(struct el_load *l)
 		return 1;
 	}
 	for (cpu = 0; cpu < CPU_SETSIZE && l->nmeters < EL_METERS_MAX; cpu++)
-		if (CPU_ISSET(cpu, &set)) {
-			l->meter[l->nmeters].cpu = cpu;
-			pthread_mutex_init(&l->meter[l->nmeters++].lock, NULL);
-		}
-	return 0;
+		if (CPU_ISSET(cpu, &set))
+			el_meter_add(l, cpu, -1, false);
+	return el_watch_server(l);
 }
 
 /*
@@ -548,6 +670,11 @@ static void el_meters_start(struct el_load *l)
 
 	if (!l->o.log_trips || atomic_exchange(&l->metering, true))
 		return;
+	/* our own loop threads, those running by now (with -g, all) */
+	for (i = 0; i < l->o.threads; i++)
+		if (atomic_load(&l->th[i].ktid) &&
+		    el_watch(l, atomic_load(&l->th[i].ktid), false))
+			exit(1);
 	for (i = 0; i < l->nmeters; i++) {
 		l->meter[i].last = el_now_ns();
 		ret = pthread_create(&l->meter[i].tid, NULL, el_meter_main, &l->meter[i]);
@@ -568,6 +695,8 @@ static void el_meters_stop(struct el_load *l)
 			pthread_cancel(l->meter[i].tid);
 			pthread_join(l->meter[i].tid, NULL);
 		}
+		if (l->meter[i].fd >= 0)
+			close(l->meter[i].fd);
 		pthread_mutex_destroy(&l->meter[i].lock);
 	}
 	free(l->meter);
@@ -581,9 +710,12 @@ static int el_span_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* How long within [from, to) at least one CPU was stalled, in ns: every
- * meter's stalls (and the one under way at @to), clipped, merged. */
-static uint64_t el_stalled(struct el_thread *t, uint64_t from, uint64_t to)
+/* How long within [from, to) at least one CPU was stalled or one of our
+ * threads waited for a CPU, or @server waited (NULL: no server thread), in
+ * ns: those meters' spans (and a stall under way at @to, a wait the
+ * kernel counted since their last reading), clipped, merged. */
+static uint64_t el_stalled(struct el_thread *t, uint64_t from, uint64_t to,
+			   struct el_meter *server)
 {
 	struct el_load *l = t->l;
 	struct el_span *v = t->spans, s;
@@ -594,10 +726,16 @@ static uint64_t el_stalled(struct el_thread *t, uint64_t from, uint64_t to)
 
 	for (i = 0; i < l->nmeters && atomic_load(&l->metering); i++) {
 		struct el_meter *m = &l->meter[i];
+		unsigned long long w;
 
+		if (m->server && m != server)
+			continue;
+		w = m->fd >= 0 ? el_waited(m->fd) : 0;
 		pthread_mutex_lock(&m->lock);
-		if (to > m->last + EL_STALL_NS)
+		if (m->fd < 0 && to > m->last + EL_STALL_NS)
 			v[n++] = (struct el_span){ m->last + EL_METER_NS, to };
+		if (m->fd >= 0 && w > m->waited + EL_STALL_NS)
+			v[n++] = (struct el_span){ to - (w - m->waited), to };
 		for (k = m->n; k > 0 && m->n - k < EL_STALLS; k--) {
 			s = m->stall[(k - 1) % EL_STALLS];
 			if (s.to <= from)
@@ -627,8 +765,11 @@ static uint64_t el_stalled(struct el_thread *t, uint64_t from, uint64_t to)
 /* Counts a round trip that matched: its sample, the worst, -l's line. */
 static void el_trip(struct el_thread *t, struct el_conn *c)
 {
-	uint64_t ns = c->t_reply - c->t_sent;
+	uint64_t ns = c->t_reply - c->t_sent, stall;
+	char waits[EL_METERS_MAX * 12];
 	struct timespec now;
+	unsigned int i;
+	size_t len;
 
 	if (!t->l->o.forever)
 		t->lat[t->nlat++] = ns / 2;
@@ -642,12 +783,29 @@ static void el_trip(struct el_thread *t, struct el_conn *c)
 		t->worst_conn = c->idx;
 		t->worst_seq = c->seq;
 	}
-	if (t->l->o.log_trips)
-		printf("[%lld.%06ld] round trip %llu us, stall %llu us, connection %u "
-		       "message %u\n", (long long)now.tv_sec, now.tv_nsec / 1000,
-		       (unsigned long long)(ns / 1000),
-		       (unsigned long long)(el_stalled(t, c->t_sent, c->t_reply) / 1000),
-		       c->idx, c->seq);
+	if (t->l->o.log_trips) {
+		if (!t->spans)
+			t->spans = malloc(((size_t)t->l->nmeters * (EL_STALLS + 1) + 1) *
+					  sizeof(*t->spans));
+		if (!t->spans) {
+			fprintf(stderr, "no memory for the stall meters' spans\n");
+			exit(1);
+		}
+		stall = el_stalled(t, c->t_sent, c->t_reply, NULL);
+		/* which server thread served it is the server's to say */
+		len = 0;
+		for (i = 0; i < t->l->nmeters; i++)
+			if (t->l->meter[i].server)
+				len += (size_t)snprintf(waits + len, sizeof(waits) - len, "%s%llu",
+					len ? "," : "", (unsigned long long)el_stalled(t,
+					c->t_sent, c->t_reply, &t->l->meter[i]) / 1000);
+		if (!len)
+			snprintf(waits, sizeof(waits), "%llu", (unsigned long long)(stall / 1000));
+		printf("[%lld.%06ld] round trip %llu us, stall %llu us, with a server thread's "
+		       "waits %s us, connection %u message %u\n", (long long)now.tv_sec,
+		       now.tv_nsec / 1000, (unsigned long long)(ns / 1000),
+		       (unsigned long long)(stall / 1000), waits, c->idx, c->seq);
+	}
 }
 
 /* The reply and the send's completion are both in: check, go on. */
@@ -971,11 +1129,7 @@ static int el_thread_setup(struct el_thread *t)
 	if (!l->o.forever)
 		t->lat = malloc((t->nconns ? t->nconns : 1) * l->o.msgs *
 				sizeof(*t->lat));
-	if (l->o.log_trips)
-		t->spans = malloc((l->nmeters + (size_t)l->nmeters * EL_STALLS + 1) *
-				  sizeof(*t->spans));
-	if (!t->conn || !t->want || (!l->o.forever && !t->lat) ||
-	    (l->o.log_trips && !t->spans)) {
+	if (!t->conn || !t->want || (!l->o.forever && !t->lat)) {
 		fprintf(stderr, "no memory for %u connections\n", t->nconns);
 		return 1;
 	}
@@ -1055,6 +1209,7 @@ static void *el_thread_main(void *arg)
 {
 	struct el_thread *t = arg;
 
+	atomic_store(&t->ktid, gettid());
 	t->status = el_thread_setup(t);
 	if (!t->status)
 		t->status = el_loop(t);
@@ -1162,7 +1317,7 @@ static void el_usage(const char *argv0)
 {
 	fprintf(stderr,
 		"Usage: %s -d DEV -a ADDR -p PORT -c CONNS -s SIZE -n MSGS\n"
-		"          [-t THREADS] [-i MS] [-w MS] [-L MS] [-g] [-k] [-l]\n"
+		"          [-t THREADS] [-i MS] [-w MS] [-L MS] [-g] [-k] [-l [-W TIDS]]\n"
 		"  -d DEV      RDMA device (default: the first RoCE v2 device)\n"
 		"  -a ADDR     the server's address\n"
 		"  -p PORT     the server's port\n"
@@ -1179,7 +1334,10 @@ static void el_usage(const char *argv0)
 		"              send nothing before a SIGUSR1\n"
 		"  -k          never stop (until killed); no latency columns\n"
 		"  -l          print each round trip, with the wall-clock time and\n"
-		"              how long the machine stalled a CPU meanwhile\n"
+		"              how long the machine stalled a CPU or kept one of our\n"
+		"              threads waiting for one meanwhile\n"
+		"  -W TIDS     with -l, the server's threads (ids, by commas) on this\n"
+		"              machine: each one's waits too, in turn\n"
 		"SIGINT or SIGTERM ends each connection after its reply in flight.\n",
 		argv0);
 }
@@ -1200,7 +1358,7 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 	unsigned long long v;
 	int c;
 
-	while ((c = getopt(argc, argv, "d:a:p:c:s:n:t:i:w:L:gkl")) != -1) {
+	while ((c = getopt(argc, argv, "d:a:p:c:s:n:t:i:w:L:W:gkl")) != -1) {
 		if (c == 'd') {
 			o->dev = optarg;
 			continue;
@@ -1219,6 +1377,10 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 		}
 		if (c == 'l') {
 			o->log_trips = true;
+			continue;
+		}
+		if (c == 'W') {
+			o->watch = optarg;
 			continue;
 		}
 		if (c == '?')

@@ -79,7 +79,10 @@
  * stats line) and counts a 1 s tick (an io_uring timeout; -v prints the
  * stats line at each). Stopping writes an eventfd every thread polls. Each
  * line on stdout starts with the wall-clock time, [seconds.micros], so
- * that a test can compare it with the time it killed a client.
+ * that a test can compare it with the time it killed a client. The line
+ * that says it listens ends with the threads' ids in the kernel, so that
+ * a load generator on the same machine can count their waits for a CPU
+ * (rig-echo-load -W).
  *
  * Build:
  *	cc -O2 -pthread -o rig-echo rig-echo.c \
@@ -156,6 +159,7 @@ struct ec_thread {
 	struct ec_server *s;
 	unsigned int idx;
 	pthread_t tid;
+	pid_t ktid;			/* its id in the kernel, for the stall meter */
 	struct rig_loop *loop;
 	struct io_uring ring;
 	bool ring_up;
@@ -818,6 +822,8 @@ static int ec_thread_teardown(struct ec_thread *t)
 static int ec_listen(struct ec_server *s)
 {
 	struct rig_loop *loops[EC_THREADS_MAX];
+	char tids[EC_THREADS_MAX * 12] = "";
+	size_t len = 0;
 	unsigned int i;
 	int ret;
 
@@ -829,8 +835,12 @@ static int ec_listen(struct ec_server *s)
 		fprintf(stderr, "listen on %s port %u: ", s->o.addr, s->o.port);
 		return ec_fail("rig_loops_listen", ret);
 	}
-	ec_log("listening on %s port %u, %u threads, %u receives of %zu bytes per client",
-	       s->o.addr, s->o.port, s->o.threads, s->o.recvs, s->o.maxsize);
+	for (i = 0; i < s->o.threads; i++)
+		len += (size_t)snprintf(tids + len, sizeof(tids) - len, " %d",
+					(int)s->th[i].ktid);
+	ec_log("listening on %s port %u, %u threads, %u receives of %zu bytes per client; "
+	       "the threads' ids:%s", s->o.addr, s->o.port, s->o.threads, s->o.recvs,
+	       s->o.maxsize, tids);
 	return 0;
 }
 
@@ -839,6 +849,7 @@ static void *ec_thread_main(void *arg)
 	struct ec_thread *t = arg;
 	struct ec_server *s = t->s;
 
+	t->ktid = gettid();
 	if (ec_thread_setup(t))
 		atomic_store(&s->setup_failed, true);
 	/* every loop open and watched, or none serves */
