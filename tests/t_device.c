@@ -138,6 +138,16 @@ const char *t_peer_dev(void)
 	return getenv("RIG_TEST_PEER_DEV");
 }
 
+const char *t_other_dev(void)
+{
+	return t_peer_dev() ? t_peer_dev() : t_dev();
+}
+
+const char *t_other_ip(void)
+{
+	return getenv(t_peer_dev() ? "RIG_TEST_PEER_IP" : "RIG_TEST_IP");
+}
+
 const char *t_netdev(void)
 {
 	const char *n = getenv("RIG_TEST_NETDEV");

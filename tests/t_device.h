@@ -29,6 +29,10 @@
  * two-host topology the other one ($RIG_TEST_PEER_DEV). */
 const char *t_dev(void);
 const char *t_peer_dev(void);
+/* The other host's device and address ($RIG_TEST_PEER_IP) across two
+ * hosts, else this host's ($RIG_TEST_IP): where a test's far side lives. */
+const char *t_other_dev(void);
+const char *t_other_ip(void);
 /* Their netdevs in the two-host topology, the ends of one veth pair
  * ($RIG_TEST_NETDEV, $RIG_TEST_PEER_NETDEV; veth0 and veth1 if unset). */
 const char *t_netdev(void);

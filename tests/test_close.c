@@ -681,7 +681,7 @@ static bool got_closed(struct held_run *h, const struct rig_ready *r, bool serve
  * client's in turn tells): h->s[k] is h->c[k]'s peer. */
 static void held_open(struct held_run *h, int port)
 {
-	const char *sip = getenv(t_peer_dev() ? "RIG_TEST_PEER_IP" : "RIG_TEST_IP");
+	const char *sip = t_other_ip();
 	struct rig_completion c;
 	struct rig_qp *t;
 	int i, k, ret;

@@ -49,24 +49,13 @@ static void *accept_one(void *arg)
 	return NULL;
 }
 
-/* The listener's side: its NIC and address. */
-static const char *server_ip(void)
-{
-	return getenv(t_peer_dev() ? "RIG_TEST_PEER_IP" : "RIG_TEST_IP");
-}
-
-static const char *server_dev(void)
-{
-	return t_peer_dev() ? t_peer_dev() : t_dev();
-}
-
 /* M3, M4: a dialed and an accepted queue pair follow the same rules as
  * with rig_qp_connect: messages go both ways; reads only on one NIC. */
 Test(cm, M3_M4_dial_and_accept)
 {
-	const char *ip = server_ip();
+	const char *ip = t_other_ip();
 	struct rig_nic *cn = t_nic_open(t_dev());
-	struct rig_nic *sn = t_peer_dev() ? t_nic_open(server_dev()) : cn;
+	struct rig_nic *sn = t_peer_dev() ? t_nic_open(t_other_dev()) : cn;
 	struct server s = { NULL, 10000000, -1, NULL };
 	struct rig_qp *qp = NULL;
 	struct t_buf ctx, crx, stx, srx;
@@ -123,7 +112,7 @@ Test(cm, dial_without_listener_is_refused)
 	struct rig_qp *qp = (struct rig_qp *)0x1;
 	double t0 = t_now_ms();
 
-	cr_assert_eq(rig_dial(cn, server_ip(), 9, 10000000, &qp), -ECONNREFUSED, "%s",
+	cr_assert_eq(rig_dial(cn, t_other_ip(), 9, 10000000, &qp), -ECONNREFUSED, "%s",
 		     rig_errmsg());
 	cr_assert_lt(t_now_ms() - t0, 5000.0);
 	cr_assert_eq(qp, (struct rig_qp *)0x1, "out set on failure");
@@ -182,7 +171,7 @@ static void *raw_garbage_client(void *arg)
 
 	sin.sin_family = AF_INET;
 	sin.sin_port = htons(*(uint16_t *)arg);
-	inet_pton(AF_INET, server_ip(), &sin.sin_addr);
+	inet_pton(AF_INET, t_other_ip(), &sin.sin_addr);
 	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) ||
 	    rdma_resolve_addr(id, NULL, (struct sockaddr *)&sin, 2000) ||
 	    rdma_get_cm_event(ch, &ev))
@@ -217,7 +206,7 @@ static void *raw_garbage_client(void *arg)
 Test(cm, garbage_private_data_is_rejected)
 {
 	struct rig_nic *cn = t_nic_open(t_dev());
-	struct rig_nic *sn = t_peer_dev() ? t_nic_open(server_dev()) : cn;
+	struct rig_nic *sn = t_peer_dev() ? t_nic_open(t_other_dev()) : cn;
 	struct server s = { NULL, 10000000, -1, NULL };
 	uint16_t port = PORT_GARBAGE;
 	struct rig_qp *qp = NULL;
@@ -225,7 +214,7 @@ Test(cm, garbage_private_data_is_rejected)
 	void *rejected;
 	int ret;
 
-	cr_assert_eq(rig_listen(sn, server_ip(), port, &s.l), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_listen(sn, t_other_ip(), port, &s.l), 0, "%s", rig_errmsg());
 	pthread_create(&t, NULL, raw_garbage_client, &port);
 	ret = rig_accept(s.l, 10000000, &s.qp);
 	pthread_join(t, &rejected);
@@ -233,7 +222,7 @@ Test(cm, garbage_private_data_is_rejected)
 	cr_assert_eq((long)rejected, 1, "the client was not told REJECTED");
 	/* The listener goes on. */
 	pthread_create(&t, NULL, accept_one, &s);
-	ret = rig_dial(cn, server_ip(), port, 10000000, &qp);
+	ret = rig_dial(cn, t_other_ip(), port, 10000000, &qp);
 	pthread_join(t, NULL);
 	cr_assert_eq(ret, 0, "%s", rig_errmsg());
 	cr_assert_eq(s.ret, 0);
@@ -257,14 +246,14 @@ static void *dial_one(void *arg)
 {
 	struct dialer *d = arg;
 
-	d->ret = rig_dial(d->nic, server_ip(), d->port, 10000000, &d->qp);
+	d->ret = rig_dial(d->nic, t_other_ip(), d->port, 10000000, &d->qp);
 	return NULL;
 }
 
 Test(cm, listener_fd_in_io_uring)
 {
 	struct rig_nic *cn = t_nic_open(t_dev());
-	struct rig_nic *sn = t_peer_dev() ? t_nic_open(server_dev()) : cn;
+	struct rig_nic *sn = t_peer_dev() ? t_nic_open(t_other_dev()) : cn;
 	struct rig_listener *l;
 	struct dialer d = { cn, PORT_LISTENER_FD, -1, NULL };
 	struct io_uring ring;
@@ -272,7 +261,7 @@ Test(cm, listener_fd_in_io_uring)
 	struct rig_qp *qp = NULL;
 	pthread_t t;
 
-	cr_assert_eq(rig_listen(sn, server_ip(), d.port, &l), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_listen(sn, t_other_ip(), d.port, &l), 0, "%s", rig_errmsg());
 	cr_assert_eq(rig_accept(l, 0, &qp), -ETIMEDOUT, "nothing pending");
 	cr_assert_null(qp);
 	cr_assert_eq(io_uring_queue_init(4, &ring, 0), 0);
@@ -309,14 +298,14 @@ Test(cm, nic_close_closes_its_listener)
 	/* librdmacm opens the device for itself on its first use and keeps
 	 * it for the life of the process: one full round first, so that the
 	 * count below sees only what the NIC and its listener hold. */
-	n = t_nic_open(server_dev());
-	cr_assert_eq(rig_listen(n, server_ip(), port, &l), 0, "%s", rig_errmsg());
+	n = t_nic_open(t_other_dev());
+	cr_assert_eq(rig_listen(n, t_other_ip(), port, &l), 0, "%s", rig_errmsg());
 	cr_assert_eq(rig_listener_close(l), 0, "%s", rig_errmsg());
 	cr_assert_eq(rig_nic_close(n), 0, "%s", rig_errmsg());
 
 	before = t_fd_count();
-	n = t_nic_open(server_dev());
-	cr_assert_eq(rig_listen(n, server_ip(), port, &l), 0, "%s", rig_errmsg());
+	n = t_nic_open(t_other_dev());
+	cr_assert_eq(rig_listen(n, t_other_ip(), port, &l), 0, "%s", rig_errmsg());
 	open_fds = t_fd_count();
 	cr_assert_gt(open_fds, before);
 	cr_assert_eq(rig_nic_close(n), 0, "%s", rig_errmsg());
@@ -336,7 +325,7 @@ Test(cm, nic_close_closes_its_listener)
 Test(cm, C1_C2_negative_bounds_are_EINVAL_and_change_nothing)
 {
 	struct rig_nic *cn = t_nic_open(t_dev());
-	struct rig_nic *sn = t_peer_dev() ? t_nic_open(server_dev()) : cn;
+	struct rig_nic *sn = t_peer_dev() ? t_nic_open(t_other_dev()) : cn;
 	struct server s = { NULL, 10000000, -1, NULL };
 	struct rig_qp *qp = (struct rig_qp *)0x1;
 	uint16_t port = PORT_NEGATIVE;
@@ -344,9 +333,9 @@ Test(cm, C1_C2_negative_bounds_are_EINVAL_and_change_nothing)
 	double t0;
 	int ret;
 
-	cr_assert_eq(rig_listen(sn, server_ip(), port, &s.l), 0, "%s", rig_errmsg());
-	cr_assert_eq(rig_dial(cn, server_ip(), port, INT64_MIN, &qp), -EINVAL);
-	cr_assert_eq(rig_dial(cn, server_ip(), port, -1, &qp), -EINVAL);
+	cr_assert_eq(rig_listen(sn, t_other_ip(), port, &s.l), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_dial(cn, t_other_ip(), port, INT64_MIN, &qp), -EINVAL);
+	cr_assert_eq(rig_dial(cn, t_other_ip(), port, -1, &qp), -EINVAL);
 	cr_assert_eq(rig_accept(s.l, INT64_MIN, &qp), -EINVAL);
 	cr_assert_eq(rig_accept(s.l, -1, &qp), -EINVAL);
 	cr_assert_eq(qp, (struct rig_qp *)0x1, "out set on failure");
@@ -356,7 +345,7 @@ Test(cm, C1_C2_negative_bounds_are_EINVAL_and_change_nothing)
 	cr_assert_eq(qp, (struct rig_qp *)0x1, "out set on failure");
 	/* The listener goes on. */
 	pthread_create(&t, NULL, accept_one, &s);
-	ret = rig_dial(cn, server_ip(), port, 10000000, &qp);
+	ret = rig_dial(cn, t_other_ip(), port, 10000000, &qp);
 	pthread_join(t, NULL);
 	cr_assert_eq(ret, 0, "rig_dial: %s", rig_errmsg());
 	cr_assert_eq(s.ret, 0, "rig_accept failed");
@@ -416,7 +405,7 @@ Test(cm, bounds_of_30_days_and_INT64_MAX_wait_asleep_then_connect)
 {
 	static const int64_t bound[2] = { 30 * 86400 * 1000000ll, INT64_MAX };
 	struct rig_nic *cn = t_nic_open(t_dev());
-	struct rig_nic *sn = t_peer_dev() ? t_nic_open(server_dev()) : cn;
+	struct rig_nic *sn = t_peer_dev() ? t_nic_open(t_other_dev()) : cn;
 	struct rig_listener *l;
 	struct rig_qp *qp;
 	clockid_t cid;
@@ -424,7 +413,7 @@ Test(cm, bounds_of_30_days_and_INT64_MAX_wait_asleep_then_connect)
 	double cpu0, cpu;
 	int i, ret;
 
-	cr_assert_eq(rig_listen(sn, server_ip(), PORT_HUGE, &l), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_listen(sn, t_other_ip(), PORT_HUGE, &l), 0, "%s", rig_errmsg());
 	for (i = 0; i < 2; i++) {
 		struct watched w;
 		struct timespec ts;
@@ -452,7 +441,7 @@ Test(cm, bounds_of_30_days_and_INT64_MAX_wait_asleep_then_connect)
 			     "%.1f ms of CPU in %d ms", (long long)bound[i], cpu,
 			     IDLE_WATCH_US / 1000);
 		qp = NULL;
-		ret = rig_dial(cn, server_ip(), PORT_HUGE, bound[i], &qp);
+		ret = rig_dial(cn, t_other_ip(), PORT_HUGE, bound[i], &qp);
 		cr_assert_eq(ret, 0, "bound %lld us: rig_dial: %d %s", (long long)bound[i], ret,
 			     rig_errmsg());
 		cr_assert_eq(pthread_join(t, NULL), 0);
@@ -578,7 +567,7 @@ Test(cm, listener_close_drops_a_connection_gone_before_accept_took_it, .timeout 
 {
 	static const char junk[40] = "not an endpoint at all";
 	struct rig_nic *cn = t_nic_open(t_dev());
-	struct rig_nic *sn = t_peer_dev() ? t_nic_open(server_dev()) : cn;
+	struct rig_nic *sn = t_peer_dev() ? t_nic_open(t_other_dev()) : cn;
 	struct rdma_event_channel *ch[CLIENTS];
 	struct rdma_cm_id *id[CLIENTS];
 	struct rig_qp *offer[CLIENTS];	/* each request names one of these */
@@ -598,13 +587,13 @@ Test(cm, listener_close_drops_a_connection_gone_before_accept_took_it, .timeout 
 	uint16_t port = PORT_GONE_EARLY;
 	int i, n, ret, epfd;
 
-	cr_assert_eq(rig_listen(sn, server_ip(), port, &l), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_listen(sn, t_other_ip(), port, &l), 0, "%s", rig_errmsg());
 	for (i = 0; i < CLIENTS; i++) {
 		offer[i] = t_qp(cn);
 		rig_qp_endpoint(offer[i], &e);
 		rig_cm_pack(&e, priv[i]);
 		ch[i] = raw_channel();
-		id[i] = raw_resolve(ch[i], server_ip(), port);
+		id[i] = raw_resolve(ch[i], t_other_ip(), port);
 		if (i == CLIENT_G)
 			t_raw_param(&p, junk, sizeof(junk), e.qp);
 		else
@@ -739,7 +728,7 @@ Test(cm, M4_P3_a_dialer_claiming_our_gid_and_qpn_gets_no_access)
 	pthread_t t;
 
 	ln = t_nic_open(t_dev());
-	pn = t_nic_open(t_peer_dev() ? t_peer_dev() : t_dev());
+	pn = t_nic_open(t_other_dev());
 	decoy = t_qp(ln);
 	own = t_qp(pn);
 	rig_qp_endpoint(decoy, &claim);
@@ -751,7 +740,7 @@ Test(cm, M4_P3_a_dialer_claiming_our_gid_and_qpn_gets_no_access)
 	ch = raw_channel();
 	id = raw_resolve(ch, getenv("RIG_TEST_IP"), PORT_CLAIM_DIALER);
 	cr_assert_eq(strcmp(ibv_get_device_name(id->verbs->device),
-			    t_peer_dev() ? t_peer_dev() : t_dev()), 0,
+			    t_other_dev()), 0,
 		     "the raw client is on %s", ibv_get_device_name(id->verbs->device));
 	t_raw_param(&p, priv, RIG_CM_PRIVATE, mine.qp);
 	cr_assert_eq(rdma_connect(id, &p), 0, "rdma_connect: %s", strerror(errno));
@@ -797,7 +786,7 @@ Test(cm, M4_P3_a_listener_claiming_our_gid_and_qpn_gets_no_access)
 	own = t_qp(pn);
 	rig_qp_endpoint(own, &mine);
 	ch = raw_channel();
-	to_sin(&sin, server_ip(), PORT_CLAIM_LISTENER);
+	to_sin(&sin, t_other_ip(), PORT_CLAIM_LISTENER);
 	cr_assert_eq(rdma_create_id(ch, &lid, NULL, RDMA_PS_TCP), 0);
 	cr_assert_eq(rdma_bind_addr(lid, (struct sockaddr *)&sin), 0, "%s", strerror(errno));
 	cr_assert_eq(rdma_listen(lid, 8), 0, "%s", strerror(errno));
@@ -845,9 +834,9 @@ static void keep_log(enum rig_log_level level, const char *line)
  * and port; the listener's, the dialer's address and its source port. */
 Test(cm, a_failure_names_its_peer_by_address_and_both_queue_pairs)
 {
-	const char *ip = server_ip(), *cip = getenv("RIG_TEST_IP");
+	const char *ip = t_other_ip(), *cip = getenv("RIG_TEST_IP");
 	struct rig_nic *cn = t_nic_open(t_dev());
-	struct rig_nic *sn = t_peer_dev() ? t_nic_open(server_dev()) : cn;
+	struct rig_nic *sn = t_peer_dev() ? t_nic_open(t_other_dev()) : cn;
 	struct server s = { NULL, 10000000, -1, NULL };
 	struct rig_qp_peer cp = { .size = sizeof(cp) }, sp = { .size = sizeof(sp) };
 	struct rig_endpoint se, ce;

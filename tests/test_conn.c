@@ -96,17 +96,6 @@ enum { TAG_LOOP = 1, TAG_MORE, TAG_TICK, TAG_STOP };
 
 static const uint64_t LISTEN_COOKIE = 0x5e5e0000cafe0001ull;
 
-/* The listener's side: its NIC and address. */
-static const char *server_ip(void)
-{
-	return getenv(t_peer_dev() ? "RIG_TEST_PEER_IP" : "RIG_TEST_IP");
-}
-
-static const char *server_dev(void)
-{
-	return t_peer_dev() ? t_peer_dev() : t_dev();
-}
-
 static void queue_sqe_poll(struct io_uring *ring, int fd, uint64_t tag)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
@@ -594,11 +583,11 @@ static void srv_start(struct srv *s, uint16_t port, bool tick)
 	s->tick = tick;
 	if (tick)
 		gaps_init(&s->gaps);
-	s->nic = t_nic_open(server_dev());
+	s->nic = t_nic_open(t_other_dev());
 	ret = rig_loop_open(s->nic, &s->loop);
 	cr_assert_eq(ret, 0, "rig_loop_open: %d %s", ret, rig_errmsg());
-	ret = rig_loop_listen(s->loop, server_ip(), port, LISTEN_COOKIE, &s->l);
-	cr_assert_eq(ret, 0, "rig_loop_listen(%s:%u): %d %s", server_ip(), port, ret,
+	ret = rig_loop_listen(s->loop, t_other_ip(), port, LISTEN_COOKIE, &s->l);
+	cr_assert_eq(ret, 0, "rig_loop_listen(%s:%u): %d %s", t_other_ip(), port, ret,
 		     rig_errmsg());
 	t_buf(&s->buf, s->nic, SRV_SLOTS * MSG, 0);
 	cr_assert_eq(io_uring_queue_init(256, &s->ring, 0), 0);
@@ -650,7 +639,7 @@ static int server_ids(uint16_t port)
 	FILE *f;
 	int n = 0, st;
 
-	snprintf(want, sizeof(want), " src-addr %s:%u ", server_ip(), port);
+	snprintf(want, sizeof(want), " src-addr %s:%u ", t_other_ip(), port);
 	f = popen("rdma resource show cm_id 2>&1", "r");
 	cr_assert_not_null(f, "popen(rdma): %s", strerror(errno));
 	while (fgets(line, sizeof(line), f))
@@ -841,7 +830,7 @@ static int cli_find(struct cli *h, int n, const struct rig_qp *qp)
 
 static void cli_dial(struct cli *h, uint16_t port, int i)
 {
-	int ret = rig_loop_dial(h->loop, server_ip(), port, DIAL_US, h->base + i);
+	int ret = rig_loop_dial(h->loop, t_other_ip(), port, DIAL_US, h->base + i);
 
 	cr_assert_eq(ret, 0, "rig_loop_dial %d: %d %s", i, ret, rig_errmsg());
 	if (h->c[i].state == C_WAITING)
@@ -1134,7 +1123,7 @@ static void raw_open(struct raw *r, int n, uint16_t port, bool garbage_kinds)
 
 	sin.sin_family = AF_INET;
 	sin.sin_port = htons(port);
-	T_CHILD_CHECK(inet_pton(AF_INET, server_ip(), &sin.sin_addr) == 1, "server address");
+	T_CHILD_CHECK(inet_pton(AF_INET, t_other_ip(), &sin.sin_addr) == 1, "server address");
 	r->ch = rdma_create_event_channel();
 	T_CHILD_CHECK(r->ch, "rdma_create_event_channel: %s", strerror(errno));
 	T_CHILD_CHECK(fcntl(r->ch->fd, F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
@@ -1474,7 +1463,7 @@ static struct rdma_cm_id *mute_listener(struct rdma_event_channel *ch, uint16_t 
 	cr_assert_eq(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0);
 	sin.sin_family = AF_INET;
 	sin.sin_port = htons(port);
-	cr_assert_eq(inet_pton(AF_INET, server_ip(), &sin.sin_addr), 1);
+	cr_assert_eq(inet_pton(AF_INET, t_other_ip(), &sin.sin_addr), 1);
 	cr_assert_eq(rdma_bind_addr(id, (struct sockaddr *)&sin), 0, "%s", strerror(errno));
 	cr_assert_eq(rdma_listen(id, 8), 0, "%s", strerror(errno));
 	return id;
@@ -1516,12 +1505,12 @@ Test(conn, failed_dials_come_back_as_news_with_their_cookies, .timeout = 60)
 	id = mute_listener(ch, mute);
 	cli_open(&h);
 	t0 = t_now_ms();
-	ret = rig_loop_dial(h.loop, server_ip(), refused, DIAL_US, cookie + 0);
+	ret = rig_loop_dial(h.loop, t_other_ip(), refused, DIAL_US, cookie + 0);
 	cr_assert_eq(ret, 0, "rig_loop_dial: %d %s", ret, rig_errmsg());
 	ret = rig_loop_dial(h.loop, "198.51.100.7", refused, DIAL_US, cookie + 1);
 	cr_assert_eq(ret, 0, "rig_loop_dial started no dial: %d (%s); its outcome is news",
 		     ret, rig_errmsg());
-	ret = rig_loop_dial(h.loop, server_ip(), mute, SHORT_DIAL_MS * 1000, cookie + 2);
+	ret = rig_loop_dial(h.loop, t_other_ip(), mute, SHORT_DIAL_MS * 1000, cookie + 2);
 	cr_assert_eq(ret, 0, "rig_loop_dial: %d %s", ret, rig_errmsg());
 	for (k = 0; k < 3; k++) {
 		t = cli_one(&h, 10000, &r);
@@ -1558,8 +1547,8 @@ Test(conn, C1_C2_dial_with_a_negative_bound_is_EINVAL_no_news)
 	int n;
 
 	cli_open(&h);
-	cr_assert_eq(rig_loop_dial(h.loop, server_ip(), 18608, INT64_MIN, 1), -EINVAL);
-	cr_assert_eq(rig_loop_dial(h.loop, server_ip(), 18608, -1, 2), -EINVAL);
+	cr_assert_eq(rig_loop_dial(h.loop, t_other_ip(), 18608, INT64_MIN, 1), -EINVAL);
+	cr_assert_eq(rig_loop_dial(h.loop, t_other_ip(), 18608, -1, 2), -EINVAL);
 	n = rig_loop_handle(h.loop, &r, 1);
 	cr_assert_eq(n, 0, "news %d (result %d) of a dial that never started", r.news, r.result);
 	cli_close(&h);
@@ -1599,7 +1588,7 @@ Test(conn, blocking_dial_and_accept_meet_the_loop, .timeout = 120)
 	/* rig_dial to the loop's listener, which echoes */
 	srv_start(&s, port, false);
 	cli_open(&h);
-	ret = rig_dial(h.nic, server_ip(), port, DIAL_US, &qp);
+	ret = rig_dial(h.nic, t_other_ip(), port, DIAL_US, &qp);
 	cr_assert_eq(ret, 0, "rig_dial: %d %s", ret, rig_errmsg());
 	t_buf(&ctx, h.nic, MSG, 3);
 	t_buf(&crx, h.nic, MSG, 0);
@@ -1615,11 +1604,11 @@ Test(conn, blocking_dial_and_accept_meet_the_loop, .timeout = 120)
 	srv_close(&s);
 
 	/* rig_loop_dial to rig_listen, accepted by rig_accept */
-	sn = t_nic_open(server_dev());
-	ret = rig_listen(sn, server_ip(), port2, &a.l);
+	sn = t_nic_open(t_other_dev());
+	ret = rig_listen(sn, t_other_ip(), port2, &a.l);
 	cr_assert_eq(ret, 0, "rig_listen: %d %s", ret, rig_errmsg());
 	cr_assert_eq(pthread_create(&t, NULL, accept_one, &a), 0);
-	ret = rig_loop_dial(h.loop, server_ip(), port2, DIAL_US, cookie);
+	ret = rig_loop_dial(h.loop, t_other_ip(), port2, DIAL_US, cookie);
 	cr_assert_eq(ret, 0, "rig_loop_dial: %d %s", ret, rig_errmsg());
 	cli_one(&h, 15000, &r);
 	/* The dial's last handshake message goes at the loop's next turn:
@@ -1692,7 +1681,7 @@ Test(conn, a_REJ_after_the_dial_was_up_fails_its_queue_pair, .timeout = 60,
 	t_wire_mend();	/* in case a crashed run (no fini) left it cut */
 	/* The listener's endpoint: a queue pair of its host that the dialer
 	 * connects to; it never needs to answer. */
-	sn = t_nic_open(server_dev());
+	sn = t_nic_open(t_other_dev());
 	ret = rig_qp_make(sn, &lqp);
 	cr_assert_eq(ret, 0, "rig_qp_make: %d %s", ret, rig_errmsg());
 	rig_qp_endpoint(lqp, &e);
@@ -1704,7 +1693,7 @@ Test(conn, a_REJ_after_the_dial_was_up_fails_its_queue_pair, .timeout = 60,
 	cli_open(&h);
 
 	/* The dialer's request reaches the listener over a whole wire. */
-	ret = rig_loop_dial(h.loop, server_ip(), REJ_PORT, DIAL_US, cookie);
+	ret = rig_loop_dial(h.loop, t_other_ip(), REJ_PORT, DIAL_US, cookie);
 	cr_assert_eq(ret, 0, "rig_loop_dial: %d %s", ret, rig_errmsg());
 	end = t_now_ms() + 15000;
 	while (rdma_get_cm_event(ch, &ev)) {
@@ -2100,7 +2089,7 @@ Test(conn, storm_of_dials_from_one_loop_all_connect, .timeout = 600)
 	memset(qp, 0, sizeof(qp));
 	t0 = t_now_ms();
 	for (i = 0; i < STORM; i++) {
-		ret = rig_loop_dial(h.loop, server_ip(), port, STORM_DIAL_US, base + (uint64_t)i);
+		ret = rig_loop_dial(h.loop, t_other_ip(), port, STORM_DIAL_US, base + (uint64_t)i);
 		cr_assert_eq(ret, 0, "rig_loop_dial %d: %d %s", i, ret, rig_errmsg());
 	}
 	while (echoed < STORM || SRV_COUNT(&s, accepted) < STORM) {

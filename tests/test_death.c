@@ -32,12 +32,6 @@
 #define NOTICE_MIN_MS 300
 #define NOTICE_MAX_MS 3000
 
-/* The device of the peer process. */
-static const char *peer_dev(void)
-{
-	return t_peer_dev() ? t_peer_dev() : t_dev();
-}
-
 /* ---- the child's side, without Criterion ------------------------------- */
 
 static void child_die(const char *what, int ret)
@@ -240,7 +234,7 @@ Test(death, F3_F6_peer_SIGKILL_mid_stream_survivor_fails_ETIMEDOUT_then_reconnec
 
 	t_buf(&src, nic, DEPTH * MSG, 1);
 	t_buf(&dst, nic, DEPTH * MSG, 2);
-	peer_start(&p, peer_dev(), -1);
+	peer_start(&p, t_other_dev(), -1);
 	peer_connect(&p, qp);
 	/* receives for the child's answers; the child sends one per message */
 	for (rposted = 0; rposted < DEPTH; rposted++)
@@ -331,12 +325,12 @@ Test(death, F3_F6_peer_SIGKILL_mid_stream_survivor_fails_ETIMEDOUT_then_reconnec
 	cr_assert_eq(rig_qp_failure(qp, &ret), -ETIMEDOUT);
 	cr_assert_eq(ret, IBV_WC_RETRY_EXC_ERR, "wc status %d", ret);
 	cr_log_info("peer on %s killed: first failure after %.0f ms, all %d due entries "
-		    "failed within %.0f ms", peer_dev(), first_err - k0, errors, now - k0);
+		    "failed within %.0f ms", t_other_dev(), first_err - k0, errors, now - k0);
 
 	/* a new process, a new queue pair: messages flow */
 	cr_assert_eq(rig_qp_destroy(qp), 0);
 	qp = t_qp(nic);
-	peer_start(&p, peer_dev(), 100);
+	peer_start(&p, t_other_dev(), 100);
 	peer_connect(&p, qp);
 	exchange(qp, &src, &dst, 100);
 	status = peer_wait(&p);
@@ -494,7 +488,7 @@ Test(death, rig_process_killed_with_entries_due_device_serves_next)
 
 		t_buf(&src, nic, DEPTH * MSG, 3);
 		t_buf(&dst, nic, DEPTH * MSG, 4);
-		peer_start(&p, peer_dev(), 50);
+		peer_start(&p, t_other_dev(), 50);
 		peer_connect(&p, qp);
 		exchange(qp, &src, &dst, 50);
 		status = peer_wait(&p);

@@ -69,16 +69,6 @@ static const uint64_t DIAL_BASE = 0xd1a1ea0000000000ull;
  */
 enum first { CLIENT_FIRST, SERVER_FIRST };
 
-static const char *server_ip(void)
-{
-	return getenv(t_peer_dev() ? "RIG_TEST_PEER_IP" : "RIG_TEST_IP");
-}
-
-static const char *server_dev(void)
-{
-	return t_peer_dev() ? t_peer_dev() : t_dev();
-}
-
 /* Message @k: its number, then bytes that follow from it. */
 static void msg_fill(uint8_t *m, uint32_t k)
 {
@@ -322,18 +312,18 @@ static void srv_start(struct srv *s, enum first first, uint16_t port)
 	memset(s, 0, sizeof(*s));
 	s->first = first;
 	s->port = port;
-	s->nic = t_nic_open(server_dev());
+	s->nic = t_nic_open(t_other_dev());
 	if (first == SERVER_FIRST) {
-		ret = rig_listen(s->nic, server_ip(), port, &s->l);
-		cr_assert_eq(ret, 0, "rig_listen(%s:%u): %d %s", server_ip(), port, ret,
+		ret = rig_listen(s->nic, t_other_ip(), port, &s->l);
+		cr_assert_eq(ret, 0, "rig_listen(%s:%u): %d %s", t_other_ip(), port, ret,
 			     rig_errmsg());
 	} else {
 		ret = rig_loop_open(s->nic, &s->loop);
 		cr_assert_eq(ret, 0, "rig_loop_open: %d %s", ret, rig_errmsg());
 		ret = rig_loop_watch(s->loop);
 		cr_assert_eq(ret, 0, "rig_loop_watch: %d %s", ret, rig_errmsg());
-		ret = rig_loop_listen(s->loop, server_ip(), port, LISTEN_COOKIE, &s->l);
-		cr_assert_eq(ret, 0, "rig_loop_listen(%s:%u): %d %s", server_ip(), port, ret,
+		ret = rig_loop_listen(s->loop, t_other_ip(), port, LISTEN_COOKIE, &s->l);
+		cr_assert_eq(ret, 0, "rig_loop_listen(%s:%u): %d %s", t_other_ip(), port, ret,
 			     rig_errmsg());
 	}
 	t_buf(&s->buf, s->nic, SLOTS * MSG, 0);
@@ -380,7 +370,7 @@ struct cli {
 
 static void cli_dial(struct cli *h, uint16_t port, int i)
 {
-	int ret = rig_loop_dial(h->loop, server_ip(), port, DIAL_US, DIAL_BASE + i);
+	int ret = rig_loop_dial(h->loop, t_other_ip(), port, DIAL_US, DIAL_BASE + i);
 
 	cr_assert_eq(ret, 0, "rig_loop_dial %d: %d %s", i, ret, rig_errmsg());
 	h->c[i].state = C_DIALING;

@@ -171,7 +171,7 @@ static int access_flags(struct rig_qp *qp)
  */
 Test(leaks, M4_other_nic_handle_gets_no_remote_access)
 {
-	const char *other = t_peer_dev() ? t_peer_dev() : t_dev();
+	const char *other = t_other_dev();
 	struct rig_nic *n1 = t_nic_open(t_dev()), *n2 = t_nic_open(other);
 	struct rig_qp *a = t_qp(n1), *b = t_qp(n2), *c = t_qp(n1), *d = t_qp(n1);
 

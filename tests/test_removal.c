@@ -37,20 +37,11 @@
 #define PORT 18710
 #define LONG_MS 10000
 
-/* The device that goes: the listener's (rxe1 on two hosts). */
-static const char *gone_dev(void)
-{
-	return t_peer_dev() ? t_peer_dev() : t_dev();
-}
-
+/* The device that goes is the listener's, t_other_dev() (rxe1 on two
+ * hosts); this is its netdev. */
 static const char *gone_netdev(void)
 {
 	return t_peer_dev() ? t_peer_netdev() : t_netdev();
-}
-
-static const char *gone_ip(void)
-{
-	return getenv(t_peer_dev() ? "RIG_TEST_PEER_IP" : "RIG_TEST_IP");
 }
 
 struct side {
@@ -156,10 +147,10 @@ Test(removal, F1_F6_device_removed_under_connections_ENODEV)
 	pid_t pid;
 	int i;
 
-	side_open(&srv, gone_dev());
+	side_open(&srv, t_other_dev());
 	side_open(&cli, t_dev());
-	cr_assert_eq(rig_loop_listen(srv.loop, gone_ip(), PORT, 1, &l), 0, "%s", rig_errmsg());
-	cr_assert_eq(rig_loop_dial(cli.loop, gone_ip(), PORT, LONG_MS * 1000ll, 2), 0, "%s",
+	cr_assert_eq(rig_loop_listen(srv.loop, t_other_ip(), PORT, 1, &l), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_dial(cli.loop, t_other_ip(), PORT, LONG_MS * 1000ll, 2), 0, "%s",
 		     rig_errmsg());
 	cr_assert(pump(&srv, &cli, both_up, t_now_ms() + LONG_MS), "no connection in %d ms",
 		  LONG_MS);
@@ -177,7 +168,7 @@ Test(removal, F1_F6_device_removed_under_connections_ENODEV)
 	pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
-		execlp("rdma", "rdma", "link", "delete", gone_dev(), (char *)NULL);
+		execlp("rdma", "rdma", "link", "delete", t_other_dev(), (char *)NULL);
 		_exit(127);
 	}
 	cr_assert(pump(&srv, &cli, both_gone, act + LONG_MS),
@@ -224,14 +215,14 @@ ReportHook(POST_ALL)(struct criterion_global_stats *stats)
 	int i;
 
 	(void)stats;
-	if (!getenv("RIG_GUEST") || !gone_dev() || !gone_netdev())
+	if (!getenv("RIG_GUEST") || !t_other_dev() || !gone_netdev())
 		return;
-	snprintf(cmd, sizeof(cmd), "rdma link show %s/1 >/dev/null 2>&1", gone_dev());
+	snprintf(cmd, sizeof(cmd), "rdma link show %s/1 >/dev/null 2>&1", t_other_dev());
 	for (i = 0; i < 300 && system(cmd) == 0; i++)
 		usleep(100000);
-	snprintf(cmd, sizeof(cmd), "rdma link add %s type rxe netdev %s", gone_dev(),
+	snprintf(cmd, sizeof(cmd), "rdma link add %s type rxe netdev %s", t_other_dev(),
 		 gone_netdev());
 	if (system(cmd) != 0)
-		fprintf(stderr, "test_removal: could not add %s back on %s\n", gone_dev(),
+		fprintf(stderr, "test_removal: could not add %s back on %s\n", t_other_dev(),
 			gone_netdev());
 }

@@ -108,19 +108,9 @@ const char *__lsan_default_options(void)
 
 /* ---- addresses, devices, the table ------------------------------------ */
 
-static const char *peer_dev(void)
-{
-	return t_peer_dev() ? t_peer_dev() : t_dev();
-}
-
 static const char *my_ip(void)
 {
 	return getenv("RIG_TEST_IP");
-}
-
-static const char *peer_ip(void)
-{
-	return getenv(t_peer_dev() ? "RIG_TEST_PEER_IP" : "RIG_TEST_IP");
 }
 
 static const char *topology(void)
@@ -208,10 +198,10 @@ static void peer_main(const struct peer *p, int in, int out)
 	char b;
 
 	alarm(60);	/* a hang ends in SIGALRM, not a stalled suite */
-	ret = rig_nic_open(peer_dev(), &nic);
-	T_CHILD_CHECK(ret == 0, "rig_nic_open(%s): %d %s", peer_dev(), ret, rig_errmsg());
+	ret = rig_nic_open(t_other_dev(), &nic);
+	T_CHILD_CHECK(ret == 0, "rig_nic_open(%s): %d %s", t_other_dev(), ret, rig_errmsg());
 	if (p->accepts) {
-		ret = rig_listen(nic, peer_ip(), p->port, &l);
+		ret = rig_listen(nic, t_other_ip(), p->port, &l);
 		T_CHILD_CHECK(ret == 0, "rig_listen: %d %s", ret, rig_errmsg());
 		xwrite(out, 'L');
 		for (i = 0; i < p->accepts; i++, n++) {
@@ -500,7 +490,7 @@ static void side_connect(struct side *s, struct peer *p, bool dial, struct conn 
 	if (dial) {
 		peer_expect(p, 'L');
 		for (i = 0; i < n; i++) {
-			ret = rig_loop_dial(s->loop, peer_ip(), p->port, LONG_MS * 1000ll,
+			ret = rig_loop_dial(s->loop, t_other_ip(), p->port, LONG_MS * 1000ll,
 					    (uint64_t)i + 1);
 			cr_assert_eq(ret, 0, "rig_loop_dial %d: %d %s", i, ret, rig_errmsg());
 		}
@@ -781,7 +771,7 @@ Test(vanish, F1_T2_sleeping_waits_woken_when_peer_is_killed)
 	cr_assert_eq(pthread_create(&t[0], NULL, accept_one, &a), 0);
 	peer_expect(&p, 'L');
 	memset(w, 0, sizeof(w));
-	ret = rig_dial(nic, peer_ip(), p.port, LONG_MS * 1000ll, &w[0].qp);
+	ret = rig_dial(nic, t_other_ip(), p.port, LONG_MS * 1000ll, &w[0].qp);
 	cr_assert_eq(ret, 0, "rig_dial: %d %s", ret, rig_errmsg());
 	peer_say(&p, 'D');
 	cr_assert_eq(pthread_join(t[0], NULL), 0);
@@ -862,13 +852,13 @@ Test(vanish, T3_F1_a_wait_that_hears_the_peer_left_changes_no_qp_state)
 	int i, n, gone = 0, ret;
 
 	nic = t_nic_open(t_dev());
-	pn = t_nic_open(peer_dev());
+	pn = t_nic_open(t_other_dev());
 	t_buf(&b, nic, MSG, 9);
-	ret = rig_listen(pn, peer_ip(), port, &a.l);
+	ret = rig_listen(pn, t_other_ip(), port, &a.l);
 	cr_assert_eq(ret, 0, "rig_listen: %d %s", ret, rig_errmsg());
 	cr_assert_eq(pthread_create(&t, NULL, accept_one, &a), 0);
 	memset(&w, 0, sizeof(w));
-	ret = rig_dial(nic, peer_ip(), port, LONG_MS * 1000ll, &w.qp);
+	ret = rig_dial(nic, t_other_ip(), port, LONG_MS * 1000ll, &w.qp);
 	cr_assert_eq(ret, 0, "rig_dial: %d %s", ret, rig_errmsg());
 	cr_assert_eq(pthread_join(t, NULL), 0);
 	cr_assert_eq(a.ret, 0, "rig_accept: %d", a.ret);
@@ -926,7 +916,7 @@ Test(vanish, T3_F1_a_wait_that_hears_the_peer_left_changes_no_qp_state)
  */
 Test(vanish, control_endpoints_exchanged_receive_only_learns_nothing)
 {
-	struct rig_nic *peer_nic = t_nic_open(peer_dev());
+	struct rig_nic *peer_nic = t_nic_open(t_other_dev());
 	struct rig_qp *qb = t_qp(peer_nic);
 	struct conn c = { 0 };
 	struct rig_completion x;
@@ -1141,7 +1131,7 @@ Test(vanish_link, M3_F3_link_cut_only_a_sender_learns_by_retries)
 	link_restore();
 	/* and the routes are back: the peer's side reaches ours */
 	snprintf(cmd, sizeof(cmd), "ip route get %s from %s | grep -q 'dev %s'", my_ip(),
-		 peer_ip(), t_peer_netdev());
+		 t_other_ip(), t_peer_netdev());
 	t_sh("%s", cmd);
 	cr_assert_eq(rig_qp_destroy(c[0].qp), 0);
 	cr_assert_eq(rig_qp_destroy(c[1].qp), 0);
