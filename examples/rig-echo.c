@@ -21,7 +21,12 @@
  * Each connection gets a region of its own, RECVS slots of MAXSIZE bytes,
  * mapped with mmap so that it goes back to the kernel when the client
  * leaves (and once no client is left, malloc_trim() gives back what the
- * library's share of them left in the heap). Every slot holds a posted
+ * library's share of them left in the heap). That costs the loop thread
+ * a registration at each accept and a deregistration and an unmap at
+ * each departure; on bnxt_re and mlx5 the first two are commands to the
+ * NIC's firmware that sleep. A server for those NICs would register one
+ * region at start and carve its clients' slots from it, keeping its
+ * memory for the next clients instead. Every slot holds a posted
  * receive; a message that arrives in a slot is sent back from that slot,
  * and the slot's receive is posted again once that send completes. Each
  * ring completes in the order of its posts, so two FIFOs of slot numbers
