@@ -78,6 +78,10 @@
 #define RIG_CM_DIALS 16
 /* The loop's time one pass of conn_tick may take. */
 #define RIG_CM_TICK_BUDGET_NS 5000000
+/* Ids a loop's helper may have yet to destroy (drop_id); beyond, the
+ * loop destroys them itself, and reads the requests of a flood no faster
+ * than it sheds them. */
+#define RIG_CM_DROPS 256
 
 /* What an rdma_cm id's context points to. */
 enum cm_kind { CM_LISTENER, CM_CONN };
@@ -128,6 +132,11 @@ struct rig_listener {
 	struct rig__list half_open, accepted;
 	int rejected;
 	unsigned handshakes;		/* under way, at most RIG_CM_HANDSHAKES */
+	/* A loop's listener: requests beyond RIG_CM_HANDSHAKES waiting their
+	 * turn, oldest first (handoffs; a shared listener's under its lock,
+	 * its count atomic). */
+	struct rig__list waiting;
+	unsigned n_waiting;
 	/* rig_loops_listen: the listener this is (the application's
 	 * handle) or a member loop's part of (in that loop's listeners, no
 	 * id of its own); a part is leaving (atomic) once the listener is
@@ -168,6 +177,11 @@ struct conn {
 	bool handed;
 	uint8_t priv[RIG__CM_PRIVATE_MTU];
 	bool established;		/* up() came: a disconnect ends it */
+	/* The accepting side's answer went: its REP waits for the RTU,
+	 * resent until the CM's retries run out. Only the id's destroy
+	 * cancels it; after rdma_reject, the destroy waits for those
+	 * retries (tens of seconds). */
+	bool replied;
 	/* A step's slow part and what follows it (cm_lock held); while
 	 * in_job, the helper thread runs them and owns qp. */
 	struct rig__job job;
@@ -190,6 +204,15 @@ struct cm_ev {
 	void *context;
 	uint8_t priv[64];
 	size_t priv_len;
+};
+
+/* A request waiting its turn at a loop's listener, or handed from the
+ * loop that read it to the one that serves it (rig_loops_listen). */
+struct handoff {
+	struct rig__list link;		/* in a listener's waiting, or a cm_inbox */
+	struct rig_listener *part;	/* the serving loop's part */
+	struct cm_ev ev;
+	int64_t at;			/* when it came to wait, or was handed */
 };
 
 /* An event a wait read, kept for the loop (in loop->cm_kept). */
@@ -385,11 +408,22 @@ static void set_home(struct conn *c, enum conn_home home, struct rig__list *list
 		rig__list_add(list->prev, &c->link);
 }
 
-/* The earliest deadline of the loop's handshakes arms its timer; none
- * disarms it. cm_lock held. */
+/* When the oldest request waiting at @l is turned away; 0 if none
+ * waits. */
+static int64_t wait_end(const struct rig_listener *l)
+{
+	if (l->waiting.next == &l->waiting)
+		return 0;
+	return container_of(l->waiting.next, struct handoff, link)->at +
+	       RIG_CM_HALF_OPEN_MS * 1000000ll;
+}
+
+/* The earliest deadline of the loop's handshakes and of the requests
+ * waiting at its own listeners arms its timer; none disarms it. cm_lock
+ * held. */
 static void rearm(struct rig_loop *loop)
 {
-	int64_t first = 0;
+	int64_t first = 0, at;
 	struct rig__list *l;
 
 	for (l = loop->handshakes.next; l != &loop->handshakes; l = l->next) {
@@ -398,7 +432,71 @@ static void rearm(struct rig_loop *loop)
 		if (!first || c->deadline < first)
 			first = c->deadline;
 	}
+	for (l = loop->listeners.next; l != &loop->listeners; l = l->next) {
+		at = wait_end(container_of(l, struct rig_listener, link));
+		if (at && (!first || at < first))
+			first = at;
+	}
 	rig__events_set_timer(loop, first);
+}
+
+/*
+ * An id destroyed off the loop. rdma_destroy_id waits in the kernel for
+ * the message it sends (the REJ of a dropped handshake, a shed request's
+ * REJ): under a busy host, tens of milliseconds each, and a flood sheds
+ * hundreds in one turn. The loop's helper destroys the ids of the loop's
+ * own channel, which outlives the helper (rig__loop_free); its events
+ * find no context (take_id) and are acked at once, so the destroy, which
+ * waits for their acks, waits for no lock.
+ */
+struct id_drop {
+	struct rig__job job;
+	struct rig_loop *loop;
+	struct rdma_cm_id *id;
+};
+
+static void id_drop_work(struct rig__job *job)
+{
+	struct id_drop *d = container_of(job, struct id_drop, job);
+
+	rdma_destroy_id(d->id);
+	__atomic_sub_fetch(&d->loop->ids_dropping, 1, __ATOMIC_RELAXED);
+	free(d);
+}
+
+/* Destroys @id (no context, nothing kept for it): on the helper when it
+ * is of @loop's channel and the helper has fewer than RIG_CM_DROPS, else
+ * here (@loop NULL: here). A request not yet answered is rejected
+ * (@reject) now: the helper destroys ids in turn, each waiting for its
+ * message, and the peer of the last of a hundred would hear seconds
+ * late. One answered is not (conn.replied): its destroy sends the REJ. */
+static void drop_id(struct rig_loop *loop, struct rdma_cm_id *id, bool reject)
+{
+	bool ours = loop && id->channel == loop->cm;
+	struct id_drop *d = NULL;
+
+	if (ours &&
+	    __atomic_add_fetch(&loop->ids_dropping, 1, __ATOMIC_RELAXED) <= RIG_CM_DROPS)
+		d = malloc(sizeof(*d));
+	if (d) {
+		*d = (struct id_drop){ .job = { .work = id_drop_work, .quick = true },
+				       .loop = loop, .id = id };
+		if (reject)
+			rdma_reject(id, NULL, 0);
+		if (!rig__loop_defer(loop, &d->job))
+			return;
+		free(d);
+	}
+	if (ours)
+		__atomic_sub_fetch(&loop->ids_dropping, 1, __ATOMIC_RELAXED);
+	rdma_destroy_id(id);
+}
+
+/* Refuses a request: the REJ goes now, the id after (drop_id). */
+static void refuse(struct rig_loop *loop, struct rdma_cm_id *id)
+{
+	rdma_reject(id, NULL, 0);
+	drop_id(loop, id, false);
 }
 
 /* Kept events that name @id go: it is being destroyed. A kept request's
@@ -413,10 +511,8 @@ static void forget_kept(struct rig_loop *loop, const struct rdma_cm_id *id)
 		next = l->next;
 		if (id && k->ev.id != id && k->ev.listen_id != id)
 			continue;
-		if (k->ev.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
-			rdma_reject(k->ev.id, NULL, 0);
-			rdma_destroy_id(k->ev.id);
-		}
+		if (k->ev.type == RDMA_CM_EVENT_CONNECT_REQUEST)
+			refuse(loop, k->ev.id);
 		rig__list_del(l);
 		free(k);
 	}
@@ -534,7 +630,7 @@ static void conn_strip(struct conn *c)
 	if (c->qp)
 		free_qp(c);
 	if (id)
-		rdma_destroy_id(id);
+		drop_id(c->loop, id, c->accepting && !c->replied);
 }
 
 /* The handshake's outcome, once, for the conn_done probe: @result and
@@ -552,13 +648,22 @@ static void handshake_over(struct conn *c, int result)
 	c->started = 0;
 }
 
-/* @c's handshake no longer counts among its listener's under way. */
+static void wake(struct rig_loop *loop);
+static bool requests_wait(const struct rig_listener *l);
+
+/* @c's handshake no longer counts among its listener's under way: a
+ * request waiting for its turn takes it on the loop's next pass, which
+ * this may be (a helper's step may end a handshake too). */
 static void listener_leave(struct conn *c)
 {
-	if (c->listener) {
-		c->listener->handshakes--;
-		if (c->listener->group)
-			shared_unreserve(c->listener->group);
+	struct rig_listener *l = c->listener;
+
+	if (l) {
+		l->handshakes--;
+		if (l->group)
+			shared_unreserve(l->group);
+		if (requests_wait(l))
+			wake(c->loop);
 	}
 	c->listener = NULL;
 }
@@ -968,6 +1073,7 @@ static void dial_establish(struct conn *c, int ret)
 static void answered(struct conn *c)
 {
 	c->state = CONN_ACCEPTING;
+	c->replied = true;
 	c->deadline = rig__now_ns() + RIG_CM_HALF_OPEN_MS * 1000000ll;
 	if (!c->blocking)
 		rearm(c->loop);
@@ -1037,7 +1143,55 @@ static void pay_owed(struct rig_loop *loop)
 	}
 }
 
-/* A new request on listener @l: answer it, or reject it. */
+/* Keeps a request for its turn at @l, a loop's own listener, if fewer
+ * than RIG_CM_WAITING wait. Its id's events, until then, find no
+ * context and are acked: a dialer that gave up has its request turned
+ * away at its turn, as one whose handshake it leaves. cm_lock held. */
+static bool wait_turn(struct rig_listener *l, const struct cm_ev *ev)
+{
+	struct handoff *h;
+
+	if (l->blocking || l->group || l->n_waiting >= RIG_CM_WAITING ||
+	    !(h = malloc(sizeof(*h))))
+		return false;
+	*h = (struct handoff){ .part = l, .ev = *ev, .at = rig__now_ns() };
+	ev->id->context = NULL;
+	rig__list_add(l->waiting.prev, &h->link);
+	l->n_waiting++;
+	rearm(l->loop);
+	return true;
+}
+
+static void accept_request(struct rig_listener *l, const struct cm_ev *ev);
+
+/* Requests waiting at @l, a loop's own listener, take the turns free,
+ * oldest first; those that waited RIG_CM_HALF_OPEN_MS are rejected.
+ * cm_lock held. */
+static void admit(struct rig_listener *l)
+{
+	int64_t now = rig__now_ns();
+	struct handoff *h;
+
+	while (l->waiting.next != &l->waiting) {
+		h = container_of(l->waiting.next, struct handoff, link);
+		if (h->at + RIG_CM_HALF_OPEN_MS * 1000000ll > now &&
+		    l->handshakes >= RIG_CM_HANDSHAKES)
+			break;
+		rig__list_del(&h->link);
+		l->n_waiting--;
+		if (h->at + RIG_CM_HALF_OPEN_MS * 1000000ll > now) {
+			accept_request(l, &h->ev);
+		} else {
+			rig__fail(ECONNREFUSED, "%s: a request waited %d ms for its turn",
+				  "rig_loop_listen", RIG_CM_HALF_OPEN_MS);
+			refuse(l->loop, h->ev.id);
+		}
+		free(h);
+	}
+	rearm(l->loop);
+}
+
+/* A new request on listener @l: answer it, let it wait, or reject it. */
 static void accept_request(struct rig_listener *l, const struct cm_ev *ev)
 {
 	const char *step = l->blocking ? "rig_accept" : "rig_loop_listen";
@@ -1051,10 +1205,13 @@ static void accept_request(struct rig_listener *l, const struct cm_ev *ev)
 	if (!ret)
 		ret = same_device(loop->nic, ev->id, step);
 	/* Shed load: a flood of requests costs a reject each, not a queue
-	 * pair each. */
-	if (!ret && l->handshakes >= RIG_CM_HANDSHAKES)
+	 * pair each, beyond those a loop's listener lets wait. */
+	if (!ret && l->handshakes >= RIG_CM_HANDSHAKES) {
+		if (wait_turn(l, ev))
+			return;
 		ret = rig__fail(EAGAIN, "%s: %u handshakes under way already", step,
 				l->handshakes);
+	}
 	c = ret ? NULL : conn_new(loop, l->blocking, l->cookie);
 	if (!c) {
 		l->rejected = ret ? ret : -ENOMEM;
@@ -1063,8 +1220,7 @@ static void accept_request(struct rig_listener *l, const struct cm_ev *ev)
 			shared_unreserve(l->group);
 			forget_kept(loop, ev->id);
 		}
-		rdma_reject(ev->id, NULL, 0);
-		rdma_destroy_id(ev->id);
+		refuse(loop, ev->id);
 		return;
 	}
 	c->listener = l;
@@ -1133,9 +1289,7 @@ static const char *owned_why(int err)
  * news was handed out): the queue pair fails as when the peer leaves
  * (F1, F6) and the loop hands out RIG_NEWS_GONE; the application
  * destroys it, and the connection with it. The id goes now, as a dropped
- * handshake's always did: its destroy rejects the handshake, so the peer
- * hears of it at once. (rdma_reject, then a destroy, would make the
- * destroy wait in the kernel for the rejection's time-wait: seconds.) */
+ * handshake's does: the peer hears the REJ at once (drop_id). */
 static void fail_owned(struct conn *c, int err)
 {
 	struct rdma_cm_id *id;
@@ -1147,7 +1301,7 @@ static void fail_owned(struct conn *c, int err)
 	lose(c, err, owned_why(err));
 	id = take_id(c);
 	if (id)
-		rdma_destroy_id(id);
+		drop_id(c->loop, id, c->accepting && !c->replied);
 }
 
 /* One step of @c's handshake, or its end (the table at the top). */
@@ -1437,6 +1591,21 @@ RIG_EXPORT __cold int rig_loop_dial(struct rig_loop *loop, const char *addr, uin
  * dropped the requests still queued for it. */
 static void part_drop(struct rig_listener *p);
 
+/* Rejects the requests waiting at @l: it closes. Those of a shared
+ * listener are of its own channel. cm_lock or, shared, its lock held. */
+static void turn_away(struct rig_listener *l)
+{
+	struct handoff *h;
+
+	while (l->waiting.next != &l->waiting) {
+		h = container_of(l->waiting.next, struct handoff, link);
+		rig__list_del(&h->link);
+		refuse(l->group ? NULL : l->loop, h->ev.id);
+		free(h);
+	}
+	__atomic_store_n(&l->n_waiting, 0, __ATOMIC_RELAXED);
+}
+
 static void listener_close(struct rig_listener *l)
 {
 	struct rig_loop *loop = l->loop;
@@ -1458,6 +1627,7 @@ static void listener_close(struct rig_listener *l)
 		fail(container_of(l->half_open.next, struct conn, link), ECONNABORTED);
 	while (l->accepted.next != &l->accepted)
 		conn_end(container_of(l->accepted.next, struct conn, link));
+	turn_away(l);
 	forget_kept(loop, l->id);
 	rig__list_del(&l->link);
 	rdma_destroy_id(l->id);
@@ -1487,6 +1657,7 @@ static int listen_on(struct rig_loop *loop, const char *addr, uint16_t port,
 	rig__list_init(&l->link);
 	rig__list_init(&l->half_open);
 	rig__list_init(&l->accepted);
+	rig__list_init(&l->waiting);
 	pthread_mutex_lock(&loop->cm_lock);
 	ret = rig__events_cm_channel(loop, &consumer);
 	if (ret)
@@ -1776,14 +1947,6 @@ struct shared {
 	unsigned handshakes;		/* atomic: under way in all members */
 };
 
-/* A request handed from the loop that read it to the one that serves it. */
-struct handoff {
-	struct rig__list link;		/* in the serving loop's cm_inbox */
-	struct rig_listener *part;	/* that loop's part */
-	struct cm_ev ev;
-	int64_t at;			/* when it was handed */
-};
-
 static void shared_unreserve(struct shared *g)
 {
 	__atomic_sub_fetch(&g->handshakes, 1, __ATOMIC_RELAXED);
@@ -1803,8 +1966,7 @@ static void handoff_reject(struct shared *g, struct handoff *h, struct rig_loop 
 {
 	if (kept_in)
 		forget_kept(kept_in, h->ev.id);
-	rdma_reject(h->ev.id, NULL, 0);
-	rdma_destroy_id(h->ev.id);
+	refuse(kept_in, h->ev.id);
 	shared_unreserve(g);
 	free(h);
 }
@@ -1941,6 +2103,68 @@ static void steal(struct shared *g, struct rig_loop *self)
 	pthread_mutex_unlock(&g->lock);
 }
 
+static bool requests_wait(const struct rig_listener *l)
+{
+	return __atomic_load_n(&(l->group ? &l->group->head : l)->n_waiting, __ATOMIC_RELAXED);
+}
+
+/* The listener's timer for the oldest request waiting, unless set
+ * sooner. g->lock held. */
+static void shared_arm_wait(struct shared *g)
+{
+	int64_t at = wait_end(&g->head);
+
+	if (at && (!g->timer_at || at < g->timer_at))
+		shared_arm(g, at);
+}
+
+/* Keeps @h for its turn, as wait_turn() for a loop's own listener, or
+ * rejects it. g->lock held. */
+static void shared_wait(struct shared *g, struct handoff *h)
+{
+	if (g->closed || g->head.n_waiting >= RIG_CM_WAITING) {
+		rig__fail(EAGAIN, "rig_loops_listen: %s", g->closed ? "closed" :
+			  "RIG_CM_HANDSHAKES under way already, RIG_CM_WAITING waiting");
+		refuse(NULL, h->ev.id);	/* of the shared channel */
+		free(h);
+		return;
+	}
+	h->at = rig__now_ns();
+	rig__list_add(g->head.waiting.prev, &h->link);
+	__atomic_add_fetch(&g->head.n_waiting, 1, __ATOMIC_RELAXED);
+	shared_arm_wait(g);
+}
+
+/* admit() for a shared listener: the requests waiting take the turns
+ * free in all members. g->lock held. */
+static void shared_admit(struct shared *g)
+{
+	int64_t now = rig__now_ns();
+	struct handoff *h;
+	bool late;
+
+	while (g->head.waiting.next != &g->head.waiting) {
+		h = container_of(g->head.waiting.next, struct handoff, link);
+		late = h->at + RIG_CM_HALF_OPEN_MS * 1000000ll <= now;
+		if (!late && __atomic_add_fetch(&g->handshakes, 1, __ATOMIC_RELAXED) >
+				     RIG_CM_HANDSHAKES) {
+			shared_unreserve(g);
+			break;
+		}
+		rig__list_del(&h->link);
+		__atomic_sub_fetch(&g->head.n_waiting, 1, __ATOMIC_RELAXED);
+		if (!late) {
+			hand(g, h);
+			continue;
+		}
+		rig__fail(ECONNREFUSED, "rig_loops_listen: a request waited %d ms for its turn",
+			  RIG_CM_HALF_OPEN_MS);
+		refuse(NULL, h->ev.id);	/* of the shared channel */
+		free(h);
+	}
+	shared_arm_wait(g);
+}
+
 /* Reads @p's listener's requests and hands each to a member, within the
  * pass's budget; true if some may remain. @p's loop's cm_lock held. */
 static bool shared_read(struct rig_listener *p, int64_t end)
@@ -1953,6 +2177,11 @@ static bool shared_read(struct rig_listener *p, int64_t end)
 
 	if (read(g->timer_fd, &expired, sizeof(expired)) == sizeof(expired))
 		steal(g, p->loop);
+	if (requests_wait(&g->head)) {
+		pthread_mutex_lock(&g->lock);
+		shared_admit(g);
+		pthread_mutex_unlock(&g->lock);
+	}
 	for (;;) {
 		if (rig__now_ns() >= end)
 			return true;
@@ -1964,16 +2193,9 @@ static bool shared_read(struct rig_listener *p, int64_t end)
 		if (ev.type != RDMA_CM_EVENT_CONNECT_REQUEST)
 			continue;	/* the listener's own */
 		h = malloc(sizeof(*h));
-		/* Shed load over all members, as one listener does. */
-		if (!h || __atomic_add_fetch(&g->handshakes, 1, __ATOMIC_RELAXED) >
-			  RIG_CM_HANDSHAKES) {
-			if (h)
-				shared_unreserve(g);
-			rig__fail(h ? EAGAIN : ENOMEM, "rig_loops_listen: %s",
-				  h ? "RIG_CM_HANDSHAKES under way already" : "out of memory");
-			rdma_reject(ev.id, NULL, 0);
-			rdma_destroy_id(ev.id);
-			free(h);
+		if (!h) {
+			rig__fail(ENOMEM, "rig_loops_listen: out of memory");
+			refuse(NULL, ev.id);	/* of the shared channel */
 			continue;
 		}
 		h->ev = ev;
@@ -1982,7 +2204,14 @@ static bool shared_read(struct rig_listener *p, int64_t end)
 		 * as that event would end it, or at its bound. */
 		ev.id->context = NULL;
 		pthread_mutex_lock(&g->lock);
-		hand(g, h);
+		/* Over all members, as one listener: a turn, a wait or a
+		 * reject. */
+		if (__atomic_add_fetch(&g->handshakes, 1, __ATOMIC_RELAXED) <= RIG_CM_HANDSHAKES) {
+			hand(g, h);
+		} else {
+			shared_unreserve(g);
+			shared_wait(g, h);
+		}
 		pthread_mutex_unlock(&g->lock);
 	}
 }
@@ -2067,6 +2296,7 @@ static void part_drop(struct rig_listener *p)
 		hand(g, h);
 	}
 	if (!g->n) {
+		turn_away(&g->head);
 		id = g->head.id;	/* nobody serves it any more */
 		g->head.id = NULL;
 	}
@@ -2099,8 +2329,10 @@ static bool conn_turn(struct rig_loop *loop, int64_t end)
 		struct rig_listener *p = container_of(l, struct rig_listener, link);
 
 		next = l->next;
-		if (!p->group)
+		if (!p->group) {
+			admit(p);
 			continue;
+		}
 		if (__atomic_load_n(&p->leaving, __ATOMIC_ACQUIRE))
 			part_drop(p);
 		else if (shared_read(p, end))
@@ -2112,6 +2344,7 @@ static bool conn_turn(struct rig_loop *loop, int64_t end)
 
 static void shared_free(struct shared *g)
 {
+	turn_away(&g->head);
 	if (g->head.id)
 		rdma_destroy_id(g->head.id);
 	if (g->head.ch)
@@ -2133,6 +2366,7 @@ static int shared_close(struct shared *g)
 
 	pthread_mutex_lock(&g->lock);
 	g->closed = true;
+	turn_away(&g->head);
 	id = g->head.id;
 	g->head.id = NULL;
 	for (i = 0; i < g->n; i++) {
@@ -2165,6 +2399,7 @@ static int part_join(struct shared *g, struct rig_loop *loop)
 	p->cookie = g->head.cookie;
 	rig__list_init(&p->half_open);
 	rig__list_init(&p->accepted);
+	rig__list_init(&p->waiting);
 	pthread_mutex_lock(&loop->cm_lock);
 	ret = rig__events_cm_channel(loop, &consumer);
 	if (!ret)
@@ -2233,6 +2468,7 @@ RIG_EXPORT __cold int rig_loops_listen(struct rig_loop *const *loops, int n, con
 	rig__list_init(&g->head.link);
 	rig__list_init(&g->head.half_open);
 	rig__list_init(&g->head.accepted);
+	rig__list_init(&g->head.waiting);
 	pthread_mutex_init(&g->lock, NULL);
 	g->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (g->timer_fd < 0) {

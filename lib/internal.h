@@ -166,12 +166,14 @@ struct rig__news {
  * that a storm of them cannot hold up handshakes; so does a job that
  * starts a handshake (a dial's queue pair), so that a storm of dials
  * cannot hold up the handshakes under way, whose peers wait with a
- * bound (see next_job). */
+ * bound; a quick one (an rdma_cm id's destroy, under a millisecond once
+ * its message went) waits behind none (see next_job). */
 struct rig__job {
-	struct rig__list link;		/* in loop->jobs, starts or teardowns */
+	struct rig__list link;		/* in loop->quick, jobs, starts or teardowns */
 	void (*work)(struct rig__job *self);
 	bool teardown;
 	bool starts;
+	bool quick;
 };
 
 /*
@@ -205,6 +207,7 @@ struct rig_loop {
 	struct rig__list listeners, handshakes, cm_kept;
 	bool cm_owed;
 	unsigned dials, dials_queued;	/* under way, waiting their turn */
+	unsigned ids_dropping;		/* ids the helper has yet to destroy */
 	/* conn.c, for the listeners it shares with other loops
 	 * (rig_loops_listen): requests other loops handed it (under
 	 * inbox_lock); and, read by other loops' threads (atomics): its
@@ -221,7 +224,7 @@ struct rig_loop {
 	bool helper_started, helper_stop;
 	pthread_mutex_t job_lock;
 	pthread_cond_t job_cond;
-	struct rig__list jobs, starts, teardowns;
+	struct rig__list quick, jobs, starts, teardowns;
 	bool took_teardown;		/* the helper's last job was one */
 	struct rig__list link;		/* in nic->loops */
 	uint64_t id;		/* never reused: wait.c's polls name the loop */

@@ -162,7 +162,9 @@ bool rig__loop_unpost(struct rig_loop *loop, struct rig__news *n)
  * queued before it: its peer drops it after RIG_CM_HALF_OPEN_MS, and a
  * thousand dials' queue pairs take the kernel longer than that to make.
  * A stream of handshakes cannot hold teardowns (and the memory they give
- * back) off for ever either. job_lock held.
+ * back) off for ever either. Quick jobs go first: a flood's thousand
+ * rejected requests' ids take the helper a few hundred milliseconds,
+ * and the loop queues at most RIG_CM_DROPS of them. job_lock held.
  */
 static struct rig__job *next_job(struct rig_loop *loop)
 {
@@ -171,6 +173,11 @@ static struct rig__job *next_job(struct rig_loop *loop)
 	bool teardowns = loop->teardowns.next != &loop->teardowns;
 	struct rig__list *l;
 
+	if (loop->quick.next != &loop->quick) {
+		l = loop->quick.next;
+		rig__list_del(l);
+		return container_of(l, struct rig__job, link);
+	}
 	if (!jobs && !teardowns)
 		return NULL;
 	l = teardowns && (!jobs || !loop->took_teardown) ? loop->teardowns.next : work->next;
@@ -219,7 +226,8 @@ int rig__loop_defer(struct rig_loop *loop, struct rig__job *job)
 		loop->helper_started = !ret;
 	}
 	if (!ret) {
-		rig__list_add(job->teardown ? loop->teardowns.prev
+		rig__list_add(job->quick ? loop->quick.prev
+			      : job->teardown ? loop->teardowns.prev
 			      : job->starts ? loop->starts.prev : loop->jobs.prev,
 			      &job->link);
 		pthread_cond_signal(&loop->job_cond);
@@ -353,6 +361,7 @@ int rig__loop_open(struct rig_nic *nic, struct rig_loop **out)
 	rig__list_init(&loop->handshakes);
 	rig__list_init(&loop->cm_kept);
 	rig__list_init(&loop->jobs);
+	rig__list_init(&loop->quick);
 	rig__list_init(&loop->starts);
 	rig__list_init(&loop->teardowns);
 	rig__list_init(&loop->cm_inbox);

@@ -23,6 +23,7 @@
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
@@ -574,7 +575,8 @@ static void *srv_main(void *arg)
 	return NULL;
 }
 
-static void srv_start(struct srv *s, uint16_t port, bool tick)
+/* @shared: its listener is rig_loops_listen's, of its one loop. */
+static void srv_start(struct srv *s, uint16_t port, bool tick, bool shared)
 {
 	int ret;
 
@@ -586,9 +588,11 @@ static void srv_start(struct srv *s, uint16_t port, bool tick)
 	s->nic = t_nic_open(t_other_dev());
 	ret = rig_loop_open(s->nic, &s->loop);
 	cr_assert_eq(ret, 0, "rig_loop_open: %d %s", ret, rig_errmsg());
-	ret = rig_loop_listen(s->loop, t_other_ip(), port, LISTEN_COOKIE, &s->l);
-	cr_assert_eq(ret, 0, "rig_loop_listen(%s:%u): %d %s", t_other_ip(), port, ret,
-		     rig_errmsg());
+	if (shared)
+		ret = rig_loops_listen(&s->loop, 1, t_other_ip(), port, LISTEN_COOKIE, &s->l);
+	else
+		ret = rig_loop_listen(s->loop, t_other_ip(), port, LISTEN_COOKIE, &s->l);
+	cr_assert_eq(ret, 0, "listen on %s:%u: %d %s", t_other_ip(), port, ret, rig_errmsg());
 	t_buf(&s->buf, s->nic, SRV_SLOTS * MSG, 0);
 	cr_assert_eq(io_uring_queue_init(256, &s->ring, 0), 0);
 	ret = rig_uring_watch(&s->ring, s->loop, TAG_LOOP);
@@ -928,6 +932,105 @@ static void cli_round(struct cli *h, uint16_t port, int n, bool shed_ok)
 	}
 }
 
+/* ---- a gate on the server's queue pairs ---------------------------------- */
+
+/*
+ * Holds the server's helper in ibv_create_qp (the calls on the server's
+ * device, t_other_dev(); librig's calls come here first), so that its
+ * handshakes stay under way for as long as the test likes: a queue pair
+ * being made has no bound (cm.h). Opened, it lets the held call and the
+ * next ones go, the first gate.fail of them failing with ENOMEM (a NIC
+ * out of queue pairs): those handshakes end at once, and free their
+ * turns.
+ */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool armed, open;
+	int held, fail;
+} gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false, 0, 0 };
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	static struct ibv_qp *(*real)(struct ibv_pd *, struct ibv_qp_init_attr *);
+	bool fail = false;
+
+	if (!real)
+		real = (struct ibv_qp * (*)(struct ibv_pd *, struct ibv_qp_init_attr *))
+			dlsym(RTLD_NEXT, "ibv_create_qp");
+	pthread_mutex_lock(&gate.lock);
+	if (gate.armed && !strcmp(ibv_get_device_name(pd->context->device), t_other_dev())) {
+		gate.held++;
+		pthread_cond_broadcast(&gate.cond);
+		while (!gate.open)
+			pthread_cond_wait(&gate.cond, &gate.lock);
+		gate.held--;
+		fail = gate.fail > 0;
+		if (fail)
+			gate.fail--;
+	}
+	pthread_mutex_unlock(&gate.lock);
+	if (fail) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return real(pd, attr);
+}
+
+static void gate_arm(void)
+{
+	pthread_mutex_lock(&gate.lock);
+	gate.armed = true;
+	gate.open = false;
+	gate.fail = 0;
+	pthread_mutex_unlock(&gate.lock);
+}
+
+/* Waits until the server's helper is held, and the kernel has all of
+ * the child's RIG_CM_HANDSHAKES requests: the CM takes requests in on
+ * both CPUs, in no set order, so a request sent next could overtake one
+ * still on its way; once the server's rdma_cm ids are there, their
+ * events are in the listener's channel, which the loop reads in order. */
+static void gate_wait_held(uint16_t port, int ms)
+{
+	double end = t_now_ms() + ms;
+	struct timespec until;
+	int ret = 0, n;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ms / 1000;
+	pthread_mutex_lock(&gate.lock);
+	while (!gate.held && ret != ETIMEDOUT)
+		ret = pthread_cond_timedwait(&gate.cond, &gate.lock, &until);
+	pthread_mutex_unlock(&gate.lock);
+	cr_assert_eq(ret, 0, "the server's helper made no queue pair in %d ms", ms);
+	while ((n = server_ids(port)) < RIG_CM_HANDSHAKES) {
+		cr_assert_lt(t_now_ms(), end, "%d of the child's %d requests at the server", n,
+			     RIG_CM_HANDSHAKES);
+		usleep(50000);	/* polling a table; the verdict is the bound */
+	}
+}
+
+/* Opens the gate: the next @fail queue pairs of the server fail. */
+static void gate_open(int fail)
+{
+	pthread_mutex_lock(&gate.lock);
+	gate.open = true;
+	gate.fail = fail;
+	pthread_cond_broadcast(&gate.cond);
+	pthread_mutex_unlock(&gate.lock);
+}
+
+/* Once every failure given is spent, the gate is off. */
+static void gate_off(void)
+{
+	pthread_mutex_lock(&gate.lock);
+	cr_assert_eq(gate.fail, 0, "%d of the server's queue pairs the gate was to fail "
+		     "were never made", gate.fail);
+	gate.armed = false;
+	pthread_mutex_unlock(&gate.lock);
+}
+
 /* ---- hostile clients: children that speak librdmacm --------------------- */
 
 enum kmode {
@@ -937,11 +1040,12 @@ enum kmode {
 	K_KILL_REPLY,	/* killed once the reply came */
 	K_FLOOD,	/* FLOOD requests at once on one channel, all stalled */
 	K_GARBAGE,	/* one request of each kind of garbage */
+	K_FILL,		/* RIG_CM_HANDSHAKES requests at once, waiting for their end */
 };
 
 static const char *const kmode_name[] = {
 	"stall after the request", "stall after the reply", "killed after the request",
-	"killed after the reply", "flood", "garbage",
+	"killed after the reply", "flood", "garbage", "the handshakes filled",
 };
 
 /* Kinds of garbage private data. The transport pads what is sent with
@@ -959,7 +1063,7 @@ enum {
 
 /* What a child tells the test at its end. */
 struct kreport {
-	int n, replied, rejected_at_once;
+	int n, replied, rejected_unanswered;
 	int at_once_status;	/* the REJ reason of one rejected at once */
 	double drop_min_ms, drop_max_ms;	/* request to REJECTED, when replied */
 	double after_reply_max_ms;	/* reply to REJECTED, the longest */
@@ -1159,7 +1263,8 @@ static void kid_run(struct kid *k, int idx, uint16_t port, int out)
 	double bound = DROP_MAX_MS + MARGIN_MS, end, last;
 	struct kreport *rep = &k->rep;
 	struct raw r = { 0 };
-	int n = k->mode == K_FLOOD ? FLOOD : k->mode == K_GARBAGE ? G_KINDS : 1;
+	int n = k->mode == K_FLOOD ? FLOOD : k->mode == K_GARBAGE ? G_KINDS :
+		k->mode == K_FILL ? RIG_CM_HANDSHAKES : 1;
 	bool said = false;
 	int i;
 
@@ -1247,7 +1352,7 @@ static void kid_run(struct kid *k, int idx, uint16_t port, int out)
 			      "%s: request %d ended by %s (status %d), not REJECTED",
 			      kmode_name[k->mode], i, rdma_event_str(d->end), d->status);
 		if (!d->t_reply) {
-			rep->rejected_at_once++;
+			rep->rejected_unanswered++;
 			rep->at_once_status = d->status;
 			continue;
 		}
@@ -1379,9 +1484,9 @@ static void kid_reap(struct kid *k, double stall_ms)
 		      "%s: the REJ came %.0f ms after %d ms past the request (%.0f ms the "
 		      "control loop was stalled)", kmode_name[k->mode], k->rep.unread_late_ms,
 		      DROP_MAX_MS + MARGIN_MS, stall_ms);
-	if (k->rep.rejected_at_once)
-		cr_log_info("%s: %d of %d requests rejected at once (REJ reason %d)",
-			    kmode_name[k->mode], k->rep.rejected_at_once, k->rep.n,
+	if (k->rep.rejected_unanswered)
+		cr_log_info("%s: %d of %d requests rejected unanswered (REJ reason %d)",
+			    kmode_name[k->mode], k->rep.rejected_unanswered, k->rep.n,
 			    k->rep.at_once_status);
 	if (k->rep.drop_max_ms)
 		cr_log_info("%s: %d of %d requests answered, then dropped %.0f-%.0f ms after the request",
@@ -1436,7 +1541,7 @@ Test(conn, dialed_connected_and_accepted_with_their_cookies, .timeout = 120)
 	static struct cli h;
 	double t0;
 
-	srv_start(&s, port, false);
+	srv_start(&s, port, false, false);
 	cli_open(&h);
 	cli_round(&h, port, 3, false);
 	cr_assert_eq(SRV_COUNT(&s, accepted), 3);
@@ -1586,7 +1691,7 @@ Test(conn, blocking_dial_and_accept_meet_the_loop, .timeout = 120)
 	int ret;
 
 	/* rig_dial to the loop's listener, which echoes */
-	srv_start(&s, port, false);
+	srv_start(&s, port, false, false);
 	cli_open(&h);
 	ret = rig_dial(h.nic, t_other_ip(), port, DIAL_US, &qp);
 	cr_assert_eq(ret, 0, "rig_dial: %d %s", ret, rig_errmsg());
@@ -1797,6 +1902,7 @@ struct attack {
 	struct mark before;
 	int honest;
 	struct gaps *stall;	/* a control loop's, if one runs beside */
+	bool shared;		/* the server listens with rig_loops_listen */
 };
 
 static void attack_fork(struct attack *a, uint16_t port, const enum kmode *modes, int n)
@@ -1812,7 +1918,7 @@ static void attack_fork(struct attack *a, uint16_t port, const enum kmode *modes
 
 static void attack_ready(struct attack *a, uint16_t port, bool tick)
 {
-	srv_start(&a->s, port, tick);
+	srv_start(&a->s, port, tick, a->shared);
 	cli_open(&a->h);
 	cli_round(&a->h, port, 2, false);
 	a->honest = 2;
@@ -1943,6 +2049,125 @@ Test(conn, flood_of_stalled_requests, .timeout = 180)
 	attack_end(&a, "flood");
 	ctl_join(&c);
 	attack_close(&a, false);
+}
+
+/*
+ * Requests beyond RIG_CM_HANDSHAKES wait for a turn (cm.h), at a loop's
+ * listener and at rig_loops_listen's. A child's RIG_CM_HANDSHAKES
+ * requests take every turn, and the gate holds the server's helper
+ * making the first one's queue pair, so none ends. Then WAITERS honest
+ * dials reach the listener: none is rejected; they wait. A thread opens
+ * the gate once the kernel's table shows their requests at the server:
+ * the child's handshakes fail (their queue pairs refused) and the waiting
+ * take their turns, well within the bound, and are served.
+ */
+#define WAITERS 8
+
+struct opener {
+	pthread_t thread;
+	uint16_t port;
+	int seen;		/* the server's ids when it opened the gate */
+};
+
+static void *opener_main(void *arg)
+{
+	struct opener *o = arg;
+	double end = t_now_ms() + RIG_CM_HALF_OPEN_MS;
+
+	do
+		o->seen = server_ids(o->port);
+	while (o->seen < RIG_CM_HANDSHAKES + WAITERS && t_now_ms() < end);
+	gate_open(RIG_CM_HANDSHAKES);
+	return NULL;
+}
+
+/* The server, its turns all taken by the child's requests and held. */
+static void turns_held(struct attack *a, uint16_t port, bool shared)
+{
+	static const enum kmode modes[] = { K_FILL };
+
+	attack_fork(a, port, modes, 1);
+	a->shared = shared;
+	attack_ready(a, port, false);
+	gate_arm();
+	attack_launch(a);
+	gate_wait_held(port, 30000);
+}
+
+/* The child's handshakes ended as the gate failed them, unanswered. */
+static void turns_freed(struct attack *a, const char *what)
+{
+	attack_end(a, what);
+	cr_assert_eq(a->kids[0].rep.rejected_unanswered, RIG_CM_HANDSHAKES,
+		     "%d of the child's requests were rejected unanswered",
+		     a->kids[0].rep.rejected_unanswered);
+	gate_off();
+	attack_close(a, false);
+}
+
+static void waiters_served(uint16_t port, bool shared)
+{
+	static struct attack a;	/* static: its threads outlive a failed assert */
+	struct opener o = { .port = port };
+
+	turns_held(&a, port, shared);
+	cr_assert_eq(pthread_create(&o.thread, NULL, opener_main, &o), 0);
+	cli_round(&a.h, port, WAITERS, false);	/* none rejected, all served */
+	a.honest += WAITERS;
+	cr_assert_eq(pthread_join(o.thread, NULL), 0);
+	cr_assert_eq(o.seen, RIG_CM_HANDSHAKES + WAITERS,
+		     "the server held %d ids: the honest requests did not wait there", o.seen);
+	turns_freed(&a, "waiting");
+}
+
+Test(conn, requests_beyond_the_handshakes_wait_for_a_turn, .timeout = 120)
+{
+	waiters_served(18626, false);
+}
+
+Test(conn, requests_beyond_the_handshakes_wait_for_a_turn_in_any_loop, .timeout = 120)
+{
+	waiters_served(18630, true);
+}
+
+/*
+ * ... for RIG_CM_HALF_OPEN_MS at most: with the turns held as above for
+ * longer, an honest dial is rejected (-ECONNREFUSED: it may try again),
+ * and no sooner than the bound after it went out. Rejected at once, it
+ * would not have waited.
+ */
+static void waiter_turned_away(uint16_t port, bool shared)
+{
+	const uint64_t cookie = 0x3a17000000000001ull;
+	static struct attack a;	/* static: its threads outlive a failed assert */
+	struct rig_ready r;
+	double t0, t;
+	int ret;
+
+	turns_held(&a, port, shared);
+	t0 = t_now_ms();
+	ret = rig_loop_dial(a.h.loop, t_other_ip(), port, DIAL_US, cookie);
+	cr_assert_eq(ret, 0, "rig_loop_dial: %d %s", ret, rig_errmsg());
+	t = cli_one(&a.h, DIAL_US / 1000, &r);
+	cr_assert_eq(r.news, RIG_NEWS_DIALED);
+	cr_assert_eq(r.cookie, cookie);
+	cr_assert_eq(r.result, -ECONNREFUSED, "%d %s", r.result, rig_errmsg());
+	cr_assert_null(r.qp);
+	cr_assert_geq(t - t0, RIG_CM_HALF_OPEN_MS,
+		      "rejected %.0f ms after the dial: it waited for no turn", t - t0);
+	cr_log_info("a request with no turn free was rejected %.0f ms after its dial", t - t0);
+	gate_open(RIG_CM_HANDSHAKES);
+	turns_freed(&a, "the bound");
+}
+
+Test(conn, a_request_waits_for_a_turn_no_longer_than_the_bound, .timeout = 120)
+{
+	waiter_turned_away(18628, false);
+}
+
+Test(conn, a_request_waits_for_a_turn_in_any_loop_no_longer_than_the_bound, .timeout = 120)
+{
+	waiter_turned_away(18632, true);
 }
 
 /* Garbage in the private data: each request rejected, the loop goes on. */
@@ -2084,7 +2309,7 @@ Test(conn, storm_of_dials_from_one_loop_all_connect, .timeout = 600)
 	if (!getenv("RIG_TEST_PEER_DEV"))
 		cr_skip_test("a storm across two hosts (tests/rxe-vm --two-hosts)");
 	cr_assert_leq(STORM, SRV_SLOTS);
-	srv_start(&s, port, false);
+	srv_start(&s, port, false, false);
 	cli_open(&h);
 	memset(qp, 0, sizeof(qp));
 	t0 = t_now_ms();

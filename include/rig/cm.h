@@ -43,10 +43,14 @@
  * that are up.
  * A handshake the peer leaves half-done is dropped RIG_CM_HALF_OPEN_MS
  * after rig's answer.
- * A listener keeps at most RIG_CM_HANDSHAKES under way and rejects requests
- * beyond them (the client's dial ends with -ECONNREFUSED; it may try
- * again), so a flood of requests costs a reject each, not a queue pair
- * each. Closing a listener drops its handshakes under way.
+ * A listener keeps at most RIG_CM_HANDSHAKES under way. A loop's listener
+ * lets up to RIG_CM_WAITING requests beyond them wait for a turn, oldest
+ * first, each at most RIG_CM_HALF_OPEN_MS; it rejects those that waited
+ * that long and those beyond (the client's dial ends with -ECONNREFUSED;
+ * it may try again). rig_listen's rejects every request beyond. So a
+ * flood of requests costs a reject or a wait each, not a queue pair each.
+ * Closing a listener drops its handshakes under way and rejects the
+ * requests waiting.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -67,8 +71,11 @@ struct rig_listener;
 /* How long a handshake may wait for the peer's next step: from the
  * dialer's request until rig's answer is no part of it. */
 #define RIG_CM_HALF_OPEN_MS 3000
-/* Handshakes a listener keeps under way; it rejects requests beyond. */
+/* Handshakes a listener keeps under way. */
 #define RIG_CM_HANDSHAKES 64
+/* Requests beyond them a loop's listener lets wait, each at most
+ * RIG_CM_HALF_OPEN_MS for a handshake to end; it rejects the rest. */
+#define RIG_CM_WAITING 256
 /* rig_loops_listen: how long a request may wait for the member loop it
  * was handed to before another member takes it. */
 #define RIG_CM_STALL_MS 250
