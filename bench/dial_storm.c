@@ -11,8 +11,9 @@
  *	dial_storm -d DEV -a ADDR -p PORT -c CONNS [-q QUEUE] [-b BOUND_S]
  *		   [-m MAX_MS]
  *
- * A dial the listener refused (it had RIG_CM_HANDSHAKES under way) is
- * tried again after a pause that doubles from 20 ms up to MAX_MS (-m,
+ * A dial the listener refused (RIG_CM_HANDSHAKES under way and
+ * RIG_CM_WAITING waiting, or no turn for RIG_CM_HALF_OPEN_MS) is tried
+ * again after a pause that doubles from 20 ms up to MAX_MS (-m,
  * 1000 by default), plus up to half again at random so that dials
  * refused together do not come back together, as rig-echo-load does;
  * all within the dial's bound (-b, 300 s from its first try: an emulated

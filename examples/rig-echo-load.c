@@ -12,8 +12,8 @@
  * loop of its own (rig_loop_open()) and an io_uring of its own: it starts
  * each dial with rig_loop_dial() and learns its outcome as
  * RIG_NEWS_DIALED. A dial
- * the server refused (its listener had as many handshakes under way as it
- * takes) is tried again after a pause that doubles, as TCP tries a
+ * the server refused (its listener had as many handshakes under way and
+ * requests waiting as it takes) is tried again after a pause that doubles, as TCP tries a
  * dropped SYN again, for 30 s from the first; so is a connection the
  * server let go before its first reply. The connection speaks first, the
  * moment its dial's news comes: a loop's listener has its queue pair
@@ -379,9 +379,10 @@ static void el_dial(struct el_thread *t, struct el_conn *c)
 
 /*
  * A refused dial: the server's listener had as many handshakes under way
- * as it takes (RIG_CM_HANDSHAKES). Like a TCP client whose SYN was
- * dropped, try again after a pause that doubles, with some jitter, until
- * the dial's bound.
+ * as it takes (RIG_CM_HANDSHAKES) and as many requests waiting for a
+ * turn (RIG_CM_WAITING), or this one waited RIG_CM_HALF_OPEN_MS for
+ * one. Like a TCP client whose SYN was dropped, try again after a pause
+ * that doubles, with some jitter, until the dial's bound.
  */
 static bool el_redial(struct el_thread *t, struct el_conn *c)
 {
