@@ -134,9 +134,11 @@ struct rig_listener {
 	unsigned handshakes;		/* under way, at most RIG_CM_HANDSHAKES */
 	/* A loop's listener: requests beyond RIG_CM_HANDSHAKES waiting their
 	 * turn, oldest first (handoffs; a shared listener's under its lock,
-	 * its count atomic). */
+	 * its count atomic), and when a handshake of it last came up
+	 * (atomic): the waiting go once none has for RIG_CM_HALF_OPEN_MS. */
 	struct rig__list waiting;
 	unsigned n_waiting;
+	int64_t last_up;
 	/* rig_loops_listen: the listener this is (the application's
 	 * handle) or a member loop's part of (in that loop's listeners, no
 	 * id of its own); a part is leaving (atomic) once the listener is
@@ -408,14 +410,24 @@ static void set_home(struct conn *c, enum conn_home home, struct rig__list *list
 		rig__list_add(list->prev, &c->link);
 }
 
-/* When the oldest request waiting at @l is turned away; 0 if none
- * waits. */
+/* When the request waiting at @l since @at is turned away: once no
+ * handshake of @l has come up for RIG_CM_HALF_OPEN_MS since it came. A
+ * storm's handshakes come up one after another while the waiting wait
+ * their turns, however many; a flood's are left half-done, and hold
+ * every turn until their bound. */
+static int64_t wait_end_of(const struct rig_listener *l, int64_t at)
+{
+	int64_t up = __atomic_load_n(&l->last_up, __ATOMIC_RELAXED);
+
+	return (up > at ? up : at) + RIG_CM_HALF_OPEN_MS * 1000000ll;
+}
+
+/* wait_end_of() the oldest request waiting at @l; 0 if none waits. */
 static int64_t wait_end(const struct rig_listener *l)
 {
 	if (l->waiting.next == &l->waiting)
 		return 0;
-	return container_of(l->waiting.next, struct handoff, link)->at +
-	       RIG_CM_HALF_OPEN_MS * 1000000ll;
+	return wait_end_of(l, container_of(l->waiting.next, struct handoff, link)->at);
 }
 
 /* The earliest deadline of the loop's handshakes and of the requests
@@ -649,7 +661,8 @@ static void handshake_over(struct conn *c, int result)
 }
 
 static void wake(struct rig_loop *loop);
-static bool requests_wait(const struct rig_listener *l);
+static bool requests_wait(struct rig_listener *l);
+static struct rig_listener *head_of(struct rig_listener *l);
 
 /* @c's handshake no longer counts among its listener's under way: a
  * request waiting for its turn takes it on the loop's next pass, which
@@ -876,6 +889,8 @@ static void up(struct conn *c)
 
 	dial_over(c);
 	handshake_over(c, 0);
+	if (l)
+		__atomic_store_n(&head_of(l)->last_up, rig__now_ns(), __ATOMIC_RELAXED);
 	listener_leave(c);
 	c->state = CONN_UP;
 	c->established = true;
@@ -1165,25 +1180,27 @@ static bool wait_turn(struct rig_listener *l, const struct cm_ev *ev)
 static void accept_request(struct rig_listener *l, const struct cm_ev *ev);
 
 /* Requests waiting at @l, a loop's own listener, take the turns free,
- * oldest first; those that waited RIG_CM_HALF_OPEN_MS are rejected.
+ * oldest first, once those past their wait (wait_end_of) are rejected:
+ * a flood's requests do not take the turns its dropped handshakes free.
  * cm_lock held. */
 static void admit(struct rig_listener *l)
 {
 	int64_t now = rig__now_ns();
 	struct handoff *h;
+	bool late;
 
 	while (l->waiting.next != &l->waiting) {
 		h = container_of(l->waiting.next, struct handoff, link);
-		if (h->at + RIG_CM_HALF_OPEN_MS * 1000000ll > now &&
-		    l->handshakes >= RIG_CM_HANDSHAKES)
+		late = wait_end_of(l, h->at) <= now;
+		if (!late && l->handshakes >= RIG_CM_HANDSHAKES)
 			break;
 		rig__list_del(&h->link);
 		l->n_waiting--;
-		if (h->at + RIG_CM_HALF_OPEN_MS * 1000000ll > now) {
+		if (!late) {
 			accept_request(l, &h->ev);
 		} else {
-			rig__fail(ECONNREFUSED, "%s: a request waited %d ms for its turn",
-				  "rig_loop_listen", RIG_CM_HALF_OPEN_MS);
+			rig__fail(ECONNREFUSED, "rig_loop_listen: no handshake came up in %d ms",
+				  RIG_CM_HALF_OPEN_MS);
 			refuse(l->loop, h->ev.id);
 		}
 		free(h);
@@ -2103,9 +2120,15 @@ static void steal(struct shared *g, struct rig_loop *self)
 	pthread_mutex_unlock(&g->lock);
 }
 
-static bool requests_wait(const struct rig_listener *l)
+/* The listener whose requests wait: a shared one's head, for a part. */
+static struct rig_listener *head_of(struct rig_listener *l)
 {
-	return __atomic_load_n(&(l->group ? &l->group->head : l)->n_waiting, __ATOMIC_RELAXED);
+	return l->group ? &l->group->head : l;
+}
+
+static bool requests_wait(struct rig_listener *l)
+{
+	return __atomic_load_n(&head_of(l)->n_waiting, __ATOMIC_RELAXED);
 }
 
 /* The listener's timer for the oldest request waiting, unless set
@@ -2145,7 +2168,7 @@ static void shared_admit(struct shared *g)
 
 	while (g->head.waiting.next != &g->head.waiting) {
 		h = container_of(g->head.waiting.next, struct handoff, link);
-		late = h->at + RIG_CM_HALF_OPEN_MS * 1000000ll <= now;
+		late = wait_end_of(&g->head, h->at) <= now;
 		if (!late && __atomic_add_fetch(&g->handshakes, 1, __ATOMIC_RELAXED) >
 				     RIG_CM_HANDSHAKES) {
 			shared_unreserve(g);
@@ -2157,7 +2180,7 @@ static void shared_admit(struct shared *g)
 			hand(g, h);
 			continue;
 		}
-		rig__fail(ECONNREFUSED, "rig_loops_listen: a request waited %d ms for its turn",
+		rig__fail(ECONNREFUSED, "rig_loops_listen: no handshake came up in %d ms",
 			  RIG_CM_HALF_OPEN_MS);
 		refuse(NULL, h->ev.id);	/* of the shared channel */
 		free(h);

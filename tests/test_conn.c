@@ -2131,10 +2131,10 @@ Test(conn, requests_beyond_the_handshakes_wait_for_a_turn_in_any_loop, .timeout 
 }
 
 /*
- * ... for RIG_CM_HALF_OPEN_MS at most: with the turns held as above for
- * longer, an honest dial is rejected (-ECONNREFUSED: it may try again),
- * and no sooner than the bound after it went out. Rejected at once, it
- * would not have waited.
+ * ... while handshakes come up: with the turns held as above for longer,
+ * none does, and an honest dial is rejected (-ECONNREFUSED: it may try
+ * again), no sooner than RIG_CM_HALF_OPEN_MS after it went out. Rejected
+ * at once, it would not have waited.
  */
 static void waiter_turned_away(uint16_t port, bool shared)
 {
@@ -2365,5 +2365,116 @@ Test(conn, storm_of_dials_from_one_loop_all_connect, .timeout = 600)
 		    t_now_ms() - t0);
 	srv_join(&s);
 	cli_close(&h);
+	srv_close(&s);
+}
+
+/*
+ * A storm from many processes: CROWD processes dial CROWD_EACH each, all
+ * at once, across the two hosts. Each loop keeps RIG_CM_DIALS (16) under
+ * way, so twice the RIG_CM_HANDSHAKES the listener takes are at it at
+ * once: the requests beyond wait for turns, and every dial connects, not
+ * one refused. (Refused, each would have to try again, at the cost of a
+ * new id, its resolution and a queue pair: what made such storms take
+ * several times as long as the same dials one after another.) Each child
+ * keeps its connections until all are up, then closes.
+ */
+#define CROWD 8
+#define CROWD_EACH (T_ASAN ? 16 : 40)
+
+static void crowd_child(int go, int out, uint16_t port)
+{
+	struct rig_ready ready[16];
+	struct pollfd pfd;
+	struct rig_loop *loop;
+	struct rig_nic *nic;
+	int i, n, up = 0, ret;
+	char c;
+
+	T_CHILD_CHECK(read(go, &c, 1) == 1, "the test never said go");
+	ret = rig_nic_open(t_dev(), &nic);
+	T_CHILD_CHECK(ret == 0, "rig_nic_open: %d %s", ret, rig_errmsg());
+	ret = rig_loop_open(nic, &loop);
+	T_CHILD_CHECK(ret == 0, "rig_loop_open: %d %s", ret, rig_errmsg());
+	for (i = 0; i < CROWD_EACH; i++) {
+		ret = rig_loop_dial(loop, t_other_ip(), port, STORM_DIAL_US, (uint64_t)i);
+		T_CHILD_CHECK(ret == 0, "rig_loop_dial %d: %d %s", i, ret, rig_errmsg());
+	}
+	pfd = (struct pollfd){ rig_loop_fd(loop), POLLIN, 0 };
+	while (up < CROWD_EACH) {
+		T_CHILD_CHECK(poll(&pfd, 1, -1) >= 0 || errno == EINTR, "poll: %s",
+			      strerror(errno));
+		n = rig_loop_handle(loop, ready, 16);
+		T_CHILD_CHECK(n >= 0, "rig_loop_handle: %d %s", n, rig_errmsg());
+		for (i = 0; i < n; i++) {
+			T_CHILD_CHECK(ready[i].news == RIG_NEWS_DIALED, "news %d, result %d",
+				      ready[i].news, ready[i].result);
+			T_CHILD_CHECK(ready[i].result == 0, "dial %llu of %d (%d up before it): "
+				      "%d (%s)", (unsigned long long)ready[i].cookie, CROWD_EACH,
+				      up, ready[i].result, rig_errmsg());
+			up++;
+		}
+	}
+	kid_say(out, 'u');
+	T_CHILD_CHECK(read(go, &c, 1) == 1, "the test never said end");
+	/* The connections go with the loop. */
+	ret = rig_loop_close(loop);
+	T_CHILD_CHECK(ret == 0, "rig_loop_close: %d %s", ret, rig_errmsg());
+	ret = rig_nic_close(nic);
+	T_CHILD_CHECK(ret == 0, "rig_nic_close: %d %s", ret, rig_errmsg());
+}
+
+Test(conn, storm_of_clients_from_many_processes_all_connect, .timeout = 600)
+{
+	const uint16_t port = 18634;
+	static struct srv s;	/* static: the server thread outlives a failed assert */
+	int go[CROWD], from[CROWD], p[2], q[2], k, status;
+	pid_t pid[CROWD];
+	double t0;
+
+	if (!getenv("RIG_TEST_PEER_DEV"))
+		cr_skip_test("a storm across two hosts (tests/rxe-vm --two-hosts)");
+	cr_assert_leq(CROWD * CROWD_EACH, SRV_SLOTS);
+	t_child_report();
+	for (k = 0; k < CROWD; k++) {	/* before any thread starts */
+		cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+		cr_assert_eq(pipe2(q, O_CLOEXEC), 0);
+		pid[k] = fork();
+		cr_assert_geq(pid[k], 0);
+		if (pid[k] == 0) {
+			alarm(STORM_DIAL_US / 1000000);	/* a hang ends in SIGALRM */
+			crowd_child(p[0], q[1], port);
+			_exit(0);
+		}
+		close(p[0]);
+		close(q[1]);
+		go[k] = p[1];
+		from[k] = q[0];
+	}
+	srv_start(&s, port, false, false);
+	t0 = t_now_ms();
+	for (k = 0; k < CROWD; k++)
+		cr_assert_eq(write(go[k], "g", 1), 1);
+	for (k = 0; k < CROWD; k++) {
+		struct pollfd pfd = { from[k], POLLIN, 0 };
+		char c = 0;
+
+		cr_assert_eq(poll(&pfd, 1, STORM_DIAL_US / 1000), 1,
+			     "client process %d: not all up in %lld s", k, STORM_DIAL_US / 1000000);
+		cr_assert_eq(read(from[k], &c, 1), 1, "client process %d died: %s", k,
+			     t_child_msg());
+		cr_assert_eq(c, 'u');
+	}
+	cr_log_info("storm: %d clients from %d processes at once, all up in %.0f ms",
+		    CROWD * CROWD_EACH, CROWD, t_now_ms() - t0);
+	cr_assert_eq(SRV_COUNT(&s, accepted), CROWD * CROWD_EACH);
+	for (k = 0; k < CROWD; k++) {
+		cr_assert_eq(write(go[k], "x", 1), 1);
+		cr_assert_eq(waitpid(pid[k], &status, 0), pid[k]);
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			  "client process %d ended with status %#x: %s", k, status, t_child_msg());
+		close(go[k]);
+		close(from[k]);
+	}
+	srv_join(&s);
 	srv_close(&s);
 }

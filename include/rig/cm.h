@@ -45,9 +45,9 @@
  * after rig's answer.
  * A listener keeps at most RIG_CM_HANDSHAKES under way. A loop's listener
  * lets up to RIG_CM_WAITING requests beyond them wait for a turn, oldest
- * first, each at most RIG_CM_HALF_OPEN_MS; it rejects those that waited
- * that long and those beyond (the client's dial ends with -ECONNREFUSED;
- * it may try again). rig_listen's rejects every request beyond. So a
+ * first, while its handshakes come up; it rejects a request once none has
+ * for RIG_CM_HALF_OPEN_MS since it came, and those beyond (the client's
+ * dial ends with -ECONNREFUSED; it may try again). rig_listen's rejects every request beyond. So a
  * flood of requests costs a reject or a wait each, not a queue pair each.
  * Closing a listener drops its handshakes under way and rejects the
  * requests waiting.
@@ -73,8 +73,7 @@ struct rig_listener;
 #define RIG_CM_HALF_OPEN_MS 3000
 /* Handshakes a listener keeps under way. */
 #define RIG_CM_HANDSHAKES 64
-/* Requests beyond them a loop's listener lets wait, each at most
- * RIG_CM_HALF_OPEN_MS for a handshake to end; it rejects the rest. */
+/* Requests beyond them a loop's listener lets wait for a turn (above). */
 #define RIG_CM_WAITING 256
 /* rig_loops_listen: how long a request may wait for the member loop it
  * was handed to before another member takes it. */
