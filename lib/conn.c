@@ -1160,8 +1160,10 @@ static void pay_owed(struct rig_loop *loop)
 
 /* Keeps a request for its turn at @l, a loop's own listener, if fewer
  * than RIG_CM_WAITING wait. Its id's events, until then, find no
- * context and are acked: a dialer that gave up has its request turned
- * away at its turn, as one whose handshake it leaves. cm_lock held. */
+ * context and are acked. A dialer that gives up meanwhile is not heard
+ * of (no event of its REJ reached the listener on Linux 6.1, tested):
+ * its request is answered at its turn, and dropped at the handshake's
+ * bound, or turned away at its own. cm_lock held. */
 static bool wait_turn(struct rig_listener *l, const struct cm_ev *ev)
 {
 	struct handoff *h;
