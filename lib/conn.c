@@ -1184,13 +1184,17 @@ static void accept_request(struct rig_listener *l, const struct cm_ev *ev);
 /* Requests waiting at @l, a loop's own listener, take the turns free,
  * oldest first, once those past their wait (wait_end_of) are rejected:
  * a flood's requests do not take the turns its dropped handshakes free.
- * cm_lock held. */
+ * Every pass of the loop comes here: with none waiting, it costs nothing
+ * (rearm reads every handshake and sets the timer). cm_lock held. */
 static void admit(struct rig_listener *l)
 {
-	int64_t now = rig__now_ns();
+	int64_t now;
 	struct handoff *h;
 	bool late;
 
+	if (l->waiting.next == &l->waiting)
+		return;
+	now = rig__now_ns();
 	while (l->waiting.next != &l->waiting) {
 		h = container_of(l->waiting.next, struct handoff, link);
 		late = wait_end_of(l, h->at) <= now;
