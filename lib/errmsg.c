@@ -14,6 +14,33 @@
 
 /* Room for rig_nic_open's reason per device on a machine with several. */
 static __thread char errmsg[1024];
+/* rig__errmsg_hold(): its depth, and the message the holder's caller
+ * had, saved by the first failure under the hold (none: nothing to
+ * restore, and a hold costs nothing). */
+static __thread int held;
+static __thread bool saved;
+static __thread char kept[sizeof(errmsg)];
+
+static void keep(void)
+{
+	if (held && !saved) {
+		memcpy(kept, errmsg, sizeof(errmsg));
+		saved = true;
+	}
+}
+
+void rig__errmsg_hold(void)
+{
+	held++;
+}
+
+void rig__errmsg_release(void)
+{
+	if (--held == 0 && saved) {
+		memcpy(errmsg, kept, sizeof(errmsg));
+		saved = false;
+	}
+}
 
 int rig__fail(int err, const char *fmt, ...)
 {
@@ -25,12 +52,14 @@ int rig__fail(int err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	keep();
 	memcpy(errmsg, msg, sizeof(errmsg));
 	return -err;
 }
 
 void rig__clear_error(void)
 {
+	keep();
 	errmsg[0] = 0;
 }
 

@@ -5,11 +5,9 @@
  * and tells each interested consumer that a ring has news. Its consumers
  * sit above it and register hooks (struct rig__consumer): the thread
  * sleeping on a ring in rig_qp_wait (wait.c) and the loop's news list
- * (loop.c); rdma_cm events go to the connection layer (conn.c). Nothing
- * here calls into them by name: the arrows run from them to here.
- *
- *	conn.c ──> loop.c ──> qp.c ──> events.c ──> ring.c
- *	            wait.c ──────────────┘
+ * (loop.c); rdma_cm events go to the connection layer (conn.h). Nothing
+ * here calls into them by name: the arrows run from them to here
+ * (README, "How it is built"; tests/check-layers.sh holds it true).
  *
  * Locks: a loop's lock covers its channel reads, acks, sleepers and news;
  * its cm_lock the rdma_cm reads and the connections' steps. Order: cm_lock,
@@ -20,6 +18,7 @@
  * rings is only recorded, with RIG__EVENT set; the owner's next poll
  * applies it (ring.c).
  */
+#include <fcntl.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -33,6 +32,16 @@
 
 /* Completion events acked per ibv_ack_cq_events call. */
 #define RIG_ACK_BATCH 64
+
+int rig__set_nonblock(int fd, const char *what)
+{
+	int flags = fcntl(fd, F_GETFL);
+
+	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK))
+		return rig__fail(errno, "fcntl(%s, O_NONBLOCK): %s", what,
+				 strerror(errno));
+	return 0;
+}
 
 static int epoll_add(struct rig_loop *loop, int fd, uint32_t source)
 {
@@ -297,6 +306,9 @@ bool rig__events_take_cm(struct rig_loop *loop)
 	uint64_t expired;
 	bool more = false, ticked = false;
 
+	/* The steps' failures are their connections' news, not the
+	 * caller's: rig_loop_handle succeeds. */
+	rig__errmsg_hold();
 	pthread_mutex_lock(&loop->cm_lock);
 	/* What waits read and kept comes first: it is older. */
 	/* One exchange: another thread (rig_loops_listen's) may set it for
@@ -330,6 +342,7 @@ bool rig__events_take_cm(struct rig_loop *loop)
 	 * steps and the waits' notes go on meanwhile. */
 	if (ticked && loop->live_tick)
 		loop->live_tick(loop);
+	rig__errmsg_release();
 	return more;
 }
 

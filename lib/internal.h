@@ -125,7 +125,7 @@ struct rig__consumer {
 };
 
 /*
- * What events.c hands the connection layer (conn.c). The loop's own
+ * What events.c hands the connection layer (conn.h, drive.c). The loop's own
  * thread (rig_loop_handle, rig_nic_events) takes each event of the loop's
  * rdma_cm channel as a step (@event), after the ones a wait kept and the
  * handshake messages owed for news handed out (@replay, run while
@@ -184,36 +184,41 @@ struct rig__job {
 struct rig_loop {
 	struct rig_nic *nic;
 	struct ibv_comp_channel *channel;	/* O_NONBLOCK */
-	struct rdma_event_channel *cm;		/* made on first use (conn.c) */
+	struct rdma_event_channel *cm;		/* made on first use (drive.c) */
 	int epfd;		/* rig_loop_fd: channel, async fd, cm, timer, ready */
-	int timer_fd;		/* conn.c's deadlines, on the loop's clock */
+	int timer_fd;		/* the handshakes' deadlines, on the loop's clock */
 	int ready_efd;		/* readable while news waits (loop.c) */
 	bool ready_signalled;
 	pthread_mutex_t lock;	/* channel reads, acks, sleepers, the news */
 	pthread_mutex_t cm_lock;	/* cm reads and the connections' steps */
 	int64_t cm_ticked;		/* the last deadline pass, under cm_lock */
 	struct rig__consumer *watcher;	/* loop.c's, from rig_loop_open */
-	const struct rig__cm_consumer *cm_consumer;	/* conn.c's */
+	const struct rig__cm_consumer *cm_consumer;	/* drive.c's */
 	/* loop.c, under the lock: someone watches the loop now
 	 * (rig_loop_watch, or rig_uring_watch until its poll ends); its
 	 * rings are armed and their news listed, from the first watch on. */
 	bool watched;
 	bool listing;
 	struct rig__list news;
-	/* conn.c, under cm_lock: its listeners, the handshakes it drives,
-	 * the events a wait read and kept for it; cm_owed (atomic) is set
-	 * while some are kept, or a handshake owes its peer a message for
-	 * news handed out, and keeps rig_loop_fd readable. */
+	/* The connection layer (conn.h), under cm_lock: its listeners, the
+	 * handshakes it drives, the events a wait read and kept for it;
+	 * cm_owed (atomic) is set while some are kept, a handshake owes its
+	 * peer a message for news handed out, or some work of the layer
+	 * waits for the loop's next pass (rig__loop_wake), and keeps
+	 * rig_loop_fd readable. */
 	struct rig__list listeners, handshakes, cm_kept;
 	bool cm_owed;
-	unsigned dials, dials_queued;	/* under way, waiting their turn */
-	unsigned ids_dropping;		/* ids the helper has yet to destroy */
-	/* conn.c, for the listeners it shares with other loops
-	 * (rig_loops_listen): requests other loops handed it (under
-	 * inbox_lock); and, read by other loops' threads (atomics): its
-	 * connections (handshakes and requests handed to it included), its
-	 * passes, and the pass it was at when a request waited in its inbox
-	 * too long (it is not picked until it makes another). */
+	/* Dials under way and waiting their turn, under cm_lock; changed by
+	 * conn.c's dial_queue, dial_start_turn and dial_leave alone. */
+	unsigned dials, dials_queued;
+	unsigned ids_dropping;		/* ids the helper has yet to destroy (atomic) */
+	/* For the listeners it shares with other loops (rig_loops_listen):
+	 * requests other loops handed it (under inbox_lock); and, read by
+	 * other loops' threads (atomics): its connections (handshakes and
+	 * requests handed to it included; conn.c's share_take and
+	 * share_give alone), its passes, and the pass it was at when a
+	 * request waited in its inbox too long (it is not picked until it
+	 * makes another). */
 	struct rig__list cm_inbox;
 	pthread_mutex_t inbox_lock;
 	unsigned cm_held;
@@ -228,6 +233,9 @@ struct rig_loop {
 	bool took_teardown;		/* the helper's last job was one */
 	struct rig__list link;		/* in nic->loops */
 	uint64_t id;		/* never reused: wait.c's polls name the loop */
+	/* qp.c's rig__qp_free, set when it makes the loop's first queue
+	 * pair: the loop's close frees those left (loop.c sits below qp.c). */
+	int (*free_qp)(struct rig__qp *qp);
 	/* The completion vector of its CQs: the NIC's loops take the
 	 * device's vectors in turn, so their interrupts land on as many
 	 * vectors (and CPUs) as the device has, not all on vector 0. */
@@ -235,7 +243,7 @@ struct rig_loop {
 	/* Liveness (loop.c, rig_loop_liveness): the interval between probes
 	 * (0: off) and the next pass, under cm_lock; the queue pairs it
 	 * probes, under live_lock (taken after cm_lock, before the NIC's).
-	 * cm_deadline is conn.c's next deadline: the timer takes the
+	 * cm_deadline is the handshakes' next deadline: the timer takes the
 	 * earlier of the two (events.c). live_tick is loop.c's pass, called
 	 * by events.c when the timer fires, on the loop's thread, with no
 	 * lock held. */
@@ -272,7 +280,7 @@ enum rig__cause { RIG__CAUSE_NONE, RIG__CAUSE_ENTRY, RIG__CAUSE_FLUSH,
 		  RIG__CAUSE_REFUSED, RIG__CAUSE_KIND, RIG__CAUSE_EVENT,
 		  RIG__CAUSE_DEVICE };
 
-/* Who owns a queue pair besides the application: a connection (conn.c)
+/* Who owns a queue pair besides the application: a connection (conn.h)
  * releases its rdma_cm id when the queue pair goes. */
 struct rig__qp_owner {
 	void (*release)(struct rig__qp_owner *self);
@@ -315,8 +323,12 @@ struct rig__qp {
 		int32_t mean_ns;	/* of the waits the spin caught */
 		uint32_t misses;	/* spins in a row that caught nothing */
 	} spin[2];
+	/* Set before the queue pair is handed out (so read by its
+	 * destroyer without a lock), cleared under the loop's cm_lock by
+	 * the owner, which also takes the queue pair off the liveness
+	 * list: the liveness pass reads it under cm_lock. */
 	struct rig__qp_owner *owner;
-	/* conn.c, under the NIC's lock: the rdma_cm ports (ours, the
+	/* The connection's, under the NIC's lock: the rdma_cm ports (ours, the
 	 * peer's; network order) of the connection it was made for, 0 when
 	 * none: M4's proof that a peer naming it is its other end. */
 	uint16_t cm_port[2];
@@ -351,7 +363,10 @@ struct rig__qp {
 	 * (a connection by address), and its place in loop->live; a probe
 	 * is on the wire or its CQE not yet read; the probe's CQE failed
 	 * the queue pair; probes posted. Touched by the loop's thread and by
-	 * the owner's reads of the send CQ, one thread (rig(7) LIVENESS). */
+	 * the owner's reads of the send CQ, one thread (rig(7) LIVENESS).
+	 * live and live_link change under the loop's cm_lock and live_lock
+	 * both (rig__loop_live_add, rig__loop_live_del); live is read
+	 * atomically without them. */
 	bool live;
 	struct rig__list live_link;
 	bool probe_out, probe_failed;
@@ -372,8 +387,6 @@ static inline struct rig__qp *rig__qp(struct rig_qp *qp)
  * are deregistered. */
 void rig__regions_free(struct rig_nic *nic);
 
-/* nic.c: makes @fd non-blocking; 0 or -errno, with @what in the message. */
-int rig__set_nonblock(int fd, const char *what);
 
 /* ring.c: records @qp's first failure (rig(7) F3), and tells both rings'
  * consumers through @qp->rings_failed; later ones do neither. */
@@ -386,6 +399,8 @@ void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 int rig__qp_probe(struct rig__qp *qp);
 
 /* events.c, the demultiplexer: */
+/* makes @fd non-blocking; 0 or -errno, with @what in the message. */
+int rig__set_nonblock(int fd, const char *what);
 /* which of @loop's sources are readable now (RIG__SOURCE_*). */
 enum { RIG__SOURCE_CHANNEL = 1, RIG__SOURCE_ASYNC = 2, RIG__SOURCE_CM = 4,
        RIG__SOURCE_NEWS = 8 };
@@ -427,7 +442,7 @@ uint64_t rig__events_closed(void);
 /* sets the consumer sleeping on @qp's ring @side, or NULL. */
 void rig__events_set_sleeper(struct rig__qp *qp, int side, struct rig__consumer *c);
 /* arms @loop's timer for @deadline_ns (CLOCK_MONOTONIC), 0 to disarm:
- * conn.c's deadline; the timer fires at it or at the loop's next
+ * the handshakes' deadline; the timer fires at it or at the loop's next
  * liveness pass, the earlier. cm_lock held. */
 void rig__events_set_timer(struct rig_loop *loop, int64_t deadline_ns);
 /* re-arms @loop's timer after loop->live_next changed; cm_lock held. */
@@ -485,6 +500,11 @@ int rig__loop_defer(struct rig_loop *loop, struct rig__job *job);
 /* loop.c: the loop of @qp, a connection's that is up, probes it from
  * its next liveness pass on; cm_lock held. */
 void rig__loop_live_add(struct rig__qp *qp);
+/* loop.c: @qp is probed no more; cm_lock held. */
+void rig__loop_live_del(struct rig__qp *qp);
+/* loop.c: the loop's next pass runs its connection layer's turn (news
+ * pending keeps rig_loop_fd readable), wherever the work came from. */
+void rig__loop_wake(struct rig_loop *loop);
 /* loop.c: marks @qp closing, its rings' news withdrawn for good. */
 void rig__loop_closing(struct rig__qp *qp);
 int rig__loop_open(struct rig_nic *nic, struct rig_loop **out);
@@ -493,6 +513,12 @@ int rig__loop_free(struct rig_loop *loop);
 /* errmsg.c: clear this thread's rig_errmsg(), after a call that
  * succeeded on a later try. */
 void rig__clear_error(void);
+/* errmsg.c: while held, this thread's rig_errmsg() is the caller's
+ * again once the hold is released: a call that succeeds whatever the
+ * work it did on the side found (a loop's pass over its connections)
+ * leaves the message alone (rig(7) C1). Holds nest. */
+void rig__errmsg_hold(void);
+void rig__errmsg_release(void);
 /* errmsg.c: set this thread's rig_errmsg() and return -err. */
 int rig__fail(int err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

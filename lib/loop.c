@@ -315,7 +315,7 @@ void rig__loop_live_add(struct rig__qp *qp)
 		return;
 	pthread_mutex_lock(&loop->live_lock);
 	first = loop->live.next == &loop->live;
-	qp->live = true;
+	__atomic_store_n(&qp->live, true, __ATOMIC_RELAXED);
 	rig__list_add(loop->live.prev, &qp->live_link);
 	pthread_mutex_unlock(&loop->live_lock);
 	/* The passes start again with the first queue pair to probe. */
@@ -323,6 +323,24 @@ void rig__loop_live_add(struct rig__qp *qp)
 		loop->live_next = rig__now_ns() + loop->live_ns;
 		rig__events_timer_update(loop);
 	}
+}
+
+void rig__loop_live_del(struct rig__qp *qp)
+{
+	if (!qp->live)
+		return;
+	pthread_mutex_lock(&qp->loop->live_lock);
+	rig__list_del(&qp->live_link);
+	__atomic_store_n(&qp->live, false, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&qp->loop->live_lock);
+}
+
+void rig__loop_wake(struct rig_loop *loop)
+{
+	__atomic_store_n(&loop->cm_owed, true, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&loop->lock);
+	loop->watcher->done(loop->watcher);
+	pthread_mutex_unlock(&loop->lock);
 }
 
 /* The longest interval: a day (a bound of weeks tells a server nothing). */
@@ -424,7 +442,7 @@ int rig__loop_free(struct rig_loop *loop)
 		loop->cm_consumer->close(loop);
 	pthread_mutex_unlock(&loop->cm_lock);
 	while ((qp = first_qp(loop))) {
-		r = rig__qp_free(qp);
+		r = loop->free_qp(qp);
 		if (r) {
 			/* The NIC still holds it: leave its memory be. */
 			pthread_mutex_lock(&nic->lock);
@@ -600,7 +618,8 @@ static bool probe_news(const struct rig_loop *loop, const struct rig__news *n)
 		return false;
 	qp = rig__qp(n->what.qp);
 	r = &qp->pub.ring[RIG_SEND];
-	return qp->live && __atomic_load_n(&loop->live_ns, __ATOMIC_RELAXED) &&
+	return __atomic_load_n(&qp->live, __ATOMIC_RELAXED) &&
+	       __atomic_load_n(&loop->live_ns, __ATOMIC_RELAXED) &&
 	       qp->probe_out && r->head == r->tail && !rig__qp_broken(&qp->pub);
 }
 

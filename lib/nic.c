@@ -123,16 +123,6 @@ static void read_mac(uint32_t ifindex, uint8_t mac[6])
 	close(fd);
 }
 
-int rig__set_nonblock(int fd, const char *what)
-{
-	int flags = fcntl(fd, F_GETFL);
-
-	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK))
-		return rig__fail(errno, "fcntl(%s, O_NONBLOCK): %s", what,
-				 strerror(errno));
-	return 0;
-}
-
 static const char *port_state(enum ibv_port_state state)
 {
 	switch (state) {

@@ -170,6 +170,7 @@ RIG_EXPORT __cold int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out)
 	 */
 	pthread_mutex_lock(&nic->lock);
 	rig__list_add(&nic->qps, &qp->link);
+	loop->free_qp = rig__qp_free;	/* its close frees those left */
 	rig__events_add(qp);
 	pthread_mutex_unlock(&nic->lock);
 	RIG_PROBE(qp_made, qp->self.qp, nic->name, loop->id);
@@ -367,17 +368,12 @@ int rig__qp_teardown(struct rig__qp *qp)
 	uint32_t qpn = qp->self.qp;
 	int ret;
 
-	/* Off the loop's liveness list: no pass probes it after this. */
-	if (qp->live) {
-		pthread_mutex_lock(&qp->loop->live_lock);
-		rig__list_del(&qp->live_link);
-		pthread_mutex_unlock(&qp->loop->live_lock);
-	}
-	/* Its connection first: no rdma_cm event names it after this. */
-	if (owner) {
-		qp->owner = NULL;
+	/* Its connection first: no rdma_cm event names it after this, and
+	 * no liveness pass probes it (the owner takes it off the list under
+	 * the lock the pass puts it there with). Only a connection's queue
+	 * pairs are probed. */
+	if (owner)
 		owner->release(owner);
-	}
 	ret = ibv_destroy_qp(qp->pub.ibqp);
 	if (ret) {
 		qp->state = RIG__DESTROYED;

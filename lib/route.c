@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Addresses and routes (the connection layer's lowest room, conn.h):
+ * numeric addresses made into sockaddrs, RoCE's GID of an address, the
+ * route rdma_cm resolved in rig's terms, and M4's test of whether a peer
+ * may be one of this NIC's own queue pairs. Nothing here holds state.
+ */
+#include <arpa/inet.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "conn.h"
+
+/* @us from now on the monotonic clock; @us >= 0. */
+int64_t route_deadline_after(int64_t us)
+{
+	if (us > INT64_MAX / 4000)
+		return INT64_MAX / 2;
+	return rig__now_ns() + us * 1000;
+}
+
+int route_sockaddr(const char *addr, uint16_t port, struct sockaddr_storage *ss)
+{
+	struct sockaddr_in *in = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+
+	memset(ss, 0, sizeof(*ss));
+	if (addr && inet_pton(AF_INET, addr, &in->sin_addr) == 1) {
+		in->sin_family = AF_INET;
+		in->sin_port = htons(port);
+		return 0;
+	}
+	if (addr && inet_pton(AF_INET6, addr, &in6->sin6_addr) == 1) {
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons(port);
+		return 0;
+	}
+	return rig__fail(EINVAL, "'%s' is not a numeric IPv4 or IPv6 address",
+			 addr ? addr : "(null)");
+}
+
+/* The id must sit on this NIC's device, or the endpoints would lie. */
+int route_same_device(const struct rig_nic *nic, const struct rdma_cm_id *id,
+		      const char *step)
+{
+	const char *dev = id->verbs ? ibv_get_device_name(id->verbs->device) : "no device";
+
+	if (id->verbs && !strcmp(dev, nic->name))
+		return 0;
+	return rig__fail(ENODEV, "%s: the address is on %s, not on %s", step, dev, nic->name);
+}
+
+/* RoCE's GID of an address: an IPv6 address is its own, an IPv4 one is
+ * ::ffff:a.b.c.d. False for any other family. */
+bool route_gid_of_address(const struct sockaddr *sa, uint8_t gid[16])
+{
+	memset(gid, 0, 16);
+	if (sa->sa_family == AF_INET) {
+		gid[10] = gid[11] = 0xff;
+		memcpy(gid + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+		return true;
+	}
+	if (sa->sa_family == AF_INET6) {
+		memcpy(gid, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+		return true;
+	}
+	return false;
+}
+
+/*
+ * M4 for a connection by address: whether the peer may be one of this
+ * NIC's queue pairs. Its endpoint is its word. It must name the address
+ * rdma_cm connected to (what the network delivered), and the queue pair
+ * it names must have been made for the other end of this very connection
+ * (its ports are ours, swapped): a process on this host connects from our
+ * own address, and may name any queue pair of ours.
+ */
+bool route_peer_may_be_local(struct conn *c)
+{
+	uint16_t ours = rdma_get_src_port(c->id), theirs = rdma_get_dst_port(c->id);
+	struct rig_nic *nic = c->loop->nic;
+	struct rig__list *l;
+	uint8_t gid[16];
+	bool found = false;
+
+	if (!route_gid_of_address(rdma_get_peer_addr(c->id), gid) ||
+	    memcmp(gid, c->peer.gid, 16) || !ours || !theirs)
+		return false;
+	pthread_mutex_lock(&nic->lock);
+	for (l = nic->qps.next; l != &nic->qps && !found; l = l->next) {
+		struct rig__qp *qp = container_of(l, struct rig__qp, link);
+
+		found = qp->self.qp == c->peer.qp && qp->cm_port[0] == theirs &&
+			qp->cm_port[1] == ours;
+	}
+	pthread_mutex_unlock(&nic->lock);
+	return found;
+}
+
+/* The peer's address as rdma_cm connected to it ("198.18.0.2",
+ * "fd00::2"), or "" for an address of another family; true if IPv6. */
+bool route_peer_ip(struct rdma_cm_id *id, char ip[INET6_ADDRSTRLEN])
+{
+	const struct sockaddr *sa = rdma_get_peer_addr(id);
+	bool v6 = sa->sa_family == AF_INET6;
+
+	if ((sa->sa_family != AF_INET && !v6) ||
+	    !inet_ntop(sa->sa_family,
+		       v6 ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+			  : (const void *)&((const struct sockaddr_in *)sa)->sin_addr,
+		       ip, INET6_ADDRSTRLEN))
+		ip[0] = 0;
+	return v6;
+}
+
+/* "198.18.0.2:7471" or "[fd00::2]:7471": the peer's address and port as
+ * rdma_cm connected to them, for rig_qp_peer and the failure's log line. */
+static void peer_name(struct rdma_cm_id *id, char *out, size_t len)
+{
+	char ip[INET6_ADDRSTRLEN];
+	bool v6 = route_peer_ip(id, ip);
+
+	if (!ip[0]) {
+		out[0] = 0;
+		return;
+	}
+	snprintf(out, len, v6 ? "[%s]:%u" : "%s:%u", ip, ntohs(rdma_get_dst_port(id)));
+}
+
+/*
+ * What rdma_cm resolved for the connection, as it would set it in the
+ * RTR step: the index of the source GID, the traffic class (the ToS of
+ * the id, or the device's default_roce_tos) and the hop limit. A port
+ * with several addresses has a GID for each, and the peer may reach only
+ * the one it connected to (another subnet, a VLAN kept for RoCE).
+ */
+int route_resolved(struct conn *c, struct rig__route *r)
+{
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_RTR };
+	struct rig_nic *nic = c->loop->nic;
+	union ibv_gid gid;
+	int mask = 0;
+
+	if (rdma_init_qp_attr(c->id, &attr, &mask))
+		return rig__fail(errno, "%s: rdma_init_qp_attr: %s", step_name(c),
+				 strerror(errno));
+	if (!(mask & IBV_QP_AV) || !attr.ah_attr.is_global)
+		return rig__fail(EPROTO, "%s: rdma_cm resolved no global route", step_name(c));
+	/* The endpoint we sent names our address's GID; the packets must
+	 * come from it. */
+	if (ibv_query_gid(nic->ctx, nic->port, attr.ah_attr.grh.sgid_index, &gid) ||
+	    memcmp(gid.raw, c->qp->self.gid, 16))
+		return rig__fail(EPROTO, "%s: rdma_cm's source GID (index %u of %s port %u) "
+				 "is not the GID of the connection's address",
+				 step_name(c), attr.ah_attr.grh.sgid_index, nic->name, nic->port);
+	*r = (struct rig__route){ .sgid_index = attr.ah_attr.grh.sgid_index,
+				  .traffic_class = attr.ah_attr.grh.traffic_class,
+				  .hop_limit = attr.ah_attr.grh.hop_limit,
+				  .flow_label = attr.ah_attr.grh.flow_label,
+				  .peer_mtu = c->peer_mtu };
+	peer_name(c->id, r->peer, sizeof(r->peer));
+	return 0;
+}
+
+/* What rdma_connect and rdma_accept send with our private data @priv. */
+void route_conn_param(struct rdma_conn_param *p, const uint8_t *priv,
+		      const struct rig__qp *qp)
+{
+	memset(p, 0, sizeof(*p));
+	p->private_data = priv;
+	p->private_data_len = RIG__CM_PRIVATE_MTU;
+	p->retry_count = 7;
+	p->rnr_retry_count = 7;
+	p->qp_num = qp->pub.ibqp->qp_num;
+	/* The CM exchanges these; rig_qp_connect sets the real ones. */
+	p->responder_resources = 1;
+	p->initiator_depth = 1;
+}
