@@ -36,5 +36,16 @@ fi
 if grep -rn -e '#include <liburing' -e '#include <rdma/' "${top_srcdir:-.}"/include/rig; then
 	echo "FAIL: a public header includes liburing or librdmacm"; status=1
 fi
+# No version node is newer than the release: rig_version() and
+# RIG_CHECK_VERSION must grant every interface the library exports.
+release=${RIG_RELEASE:?RIG_RELEASE (the package version) is not set}
+newer=$(awk -v r="$release" 'BEGIN { split(r, v, ".") }
+	/^RIG_[A-Z_]*[0-9]+\.[0-9]+ *\{/ { n = $1; sub(/^RIG_([A-Z]+_)?/, "", n); split(n, w, ".")
+		if (w[1] + 0 > v[1] + 0 || (w[1] + 0 == v[1] + 0 && w[2] + 0 > v[2] + 0)) print $1 }' "$map")
+if [ -n "$newer" ]; then
+	echo "FAIL: $map has node(s) newer than the release $release: $newer"; status=1
+else
+	echo "ok: no version node of $map is newer than the release $release"
+fi
 rm -f exports.actual exports.expected
 exit $status
