@@ -1041,6 +1041,13 @@ static int el_on_rig(struct el_thread *t, const struct io_uring_cqe *cqe)
 
 	do {
 		n = rig_uring_handle(&t->ring, t->loop, cqe, ready, EL_READY);
+		/* The poll ended with no SQE free to queue it again: submit
+		 * ours, and watch again (rig_uring_watch(3)). */
+		if (n == -EBUSY) {
+			io_uring_submit(&t->ring);
+			n = rig_uring_watch(&t->ring, t->loop, EL_RIG);
+			return n ? el_fail("rig_uring_watch", n) : 0;
+		}
 		if (n < 0)
 			return el_fail("rig_uring_handle", n);
 		for (i = 0; i < n; i++)

@@ -669,6 +669,15 @@ static int ec_on_rig(struct ec_thread *t, const struct io_uring_cqe *cqe)
 	 * wakes the loop again, after the ring's other CQEs (the tick). */
 	for (round = 0; round < 4; round++) {
 		n = rig_uring_handle(&t->ring, t->loop, cqe, ready, EC_READY);
+		/* The poll ended with no SQE free to queue it again: submit
+		 * ours, and watch again (rig_uring_watch(3)). */
+		if (n == -EBUSY) {
+			io_uring_submit(&t->ring);
+			n = rig_uring_watch(&t->ring, t->loop, EC_RIG);
+			if (n)
+				return ec_fail("rig_uring_watch", n);
+			break;
+		}
 		if (n < 0)
 			return ec_fail("rig_uring_handle", n);
 		for (i = 0; i < n; i++)

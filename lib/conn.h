@@ -227,6 +227,7 @@ static inline const char *step_name(const struct conn *c)
 
 /* route.c: addresses and what rdma_cm resolved */
 int route_sockaddr(const char *addr, uint16_t port, struct sockaddr_storage *ss);
+bool route_wildcard(const struct sockaddr_storage *ss);
 int route_same_device(const struct rig_nic *nic, const struct rdma_cm_id *id,
 		      const char *step);
 bool route_gid_of_address(const struct sockaddr *sa, uint8_t gid[16]);

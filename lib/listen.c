@@ -255,7 +255,10 @@ static int listen_on(struct rig_loop *loop, const char *addr, uint16_t port,
 				strerror(errno));
 		goto out_id;
 	}
-	ret = route_same_device(loop->nic, l->id, step);
+	/* Bound to the wildcard, the id has no device yet: it listens on
+	 * every one, and a request that comes to another device than the
+	 * NIC's is rejected (accept_request). */
+	ret = route_wildcard(&ss) ? 0 : route_same_device(loop->nic, l->id, step);
 	if (ret)
 		goto out_id;
 	if (rdma_listen(l->id, RIG_CM_BACKLOG)) {

@@ -602,7 +602,8 @@ RIG_EXPORT __cold int rig_loops_listen(struct rig_loop *const *loops, int n, con
 				strerror(errno));
 		goto out;
 	}
-	ret = route_same_device(loops[0]->nic, g->head.id, "rig_loops_listen");
+	ret = route_wildcard(&ss) ? 0 :
+	      route_same_device(loops[0]->nic, g->head.id, "rig_loops_listen");
 	/* Every member watches the channel before the id listens: a request
 	 * never waits for a loop that is not there yet. */
 	for (i = 0; !ret && i < n; i++)

@@ -529,15 +529,14 @@ static int queue_poll(struct io_uring *ring, struct rig_loop *loop,
  * first watch arms the rings of every queue pair the loop has, on_add
  * those it will have.
  */
-static void watch_locked(struct rig_loop *loop)
+static void list_locked(struct rig_loop *loop)
 {
 	struct rig_nic *nic = loop->nic;
 	struct rig__list *l;
 
-	loop->watched = true;
 	if (loop->listing)
 		return;
-	loop->listing = true;
+	__atomic_store_n(&loop->listing, true, __ATOMIC_RELEASE);
 	for (l = nic->qps.next; l != &nic->qps; l = l->next) {
 		struct rig__qp *qp = container_of(l, struct rig__qp, link);
 
@@ -546,6 +545,26 @@ static void watch_locked(struct rig_loop *loop)
 			arm(qp, RIG_RECEIVE);
 		}
 	}
+}
+
+static void watch_locked(struct rig_loop *loop)
+{
+	loop->watched = true;
+	list_locked(loop);
+}
+
+/* A loop handled before anyone watched it is watched from its first
+ * rig_loop_handle on: a program that never called a watch would get
+ * its connections' news and none of its rings', and look half-working.
+ * Its listing is turned on (a watch call may still come, and finds its
+ * rings armed), as rig_loop_watch would. */
+static __cold void list_on_first_use(struct rig_loop *loop)
+{
+	pthread_mutex_lock(&loop->nic->lock);
+	pthread_mutex_lock(&loop->lock);
+	list_locked(loop);
+	pthread_mutex_unlock(&loop->lock);
+	pthread_mutex_unlock(&loop->nic->lock);
 }
 
 RIG_EXPORT __cold int rig_loop_watch(struct rig_loop *loop)
@@ -633,6 +652,8 @@ RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, i
 	if (!loop || !ready || max <= 0)
 		return rig__fail(EINVAL, "rig_loop_handle: %s",
 				 max <= 0 ? "no room for news" : "NULL argument");
+	if (unlikely(!__atomic_load_n(&loop->listing, __ATOMIC_ACQUIRE)))
+		list_on_first_use(loop);
 	sources = rig__events_ready(loop);
 	if (sources & RIG__SOURCE_ASYNC) {
 		ret = rig__events_async(loop->nic);
@@ -698,11 +719,20 @@ RIG_EXPORT int rig_uring_handle(struct io_uring *ring, struct rig_loop *loop,
 	if (cqe && !(cqe->flags & IORING_CQE_F_MORE)) {
 		if (cqe->res < 0)
 			return watch_ended(loop, cqe->res);
-		if (!io_uring_sq_space_left(ring))
-			io_uring_submit(ring);
+		/* No SQE free: submitting the application's own would be
+		 * deciding for it, as liburing's helpers never do. The watch
+		 * ends instead; once it has submitted, rig_uring_watch starts
+		 * it again, and the news waiting meanwhile is not lost (its
+		 * eventfd keeps the loop's fd readable). */
 		ret = queue_poll(ring, loop, cqe->user_data);
-		if (ret)
-			return ret;
+		if (ret) {
+			pthread_mutex_lock(&loop->lock);
+			loop->watched = false;
+			pthread_mutex_unlock(&loop->lock);
+			return rig__fail(EBUSY, "rig_uring_handle: the loop's poll ended and the "
+					 "io_uring has no free SQE to queue it again; the loop is no "
+					 "longer watched: submit, then call rig_uring_watch again");
+		}
 	}
 	return rig_loop_handle(loop, ready, max);
 }

@@ -40,6 +40,16 @@ int route_sockaddr(const char *addr, uint16_t port, struct sockaddr_storage *ss)
 			 addr ? addr : "(null)");
 }
 
+/* 0.0.0.0 or ::: a listener on every address, as rdma_cm takes it. */
+bool route_wildcard(const struct sockaddr_storage *ss)
+{
+	const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+
+	if (ss->ss_family == AF_INET)
+		return ((const struct sockaddr_in *)ss)->sin_addr.s_addr == htonl(INADDR_ANY);
+	return ss->ss_family == AF_INET6 && IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr);
+}
+
 /* The id must sit on this NIC's device, or the endpoints would lie. */
 int route_same_device(const struct rig_nic *nic, const struct rdma_cm_id *id,
 		      const char *step)
