@@ -181,7 +181,10 @@ struct conn {
 	 * thread); the answer it owes. */
 	bool early;
 	bool handed;
+	/* Our private data: the answer owed, in the form the request came
+	 * in ("rig1" to a peer that gave no MTU), and its length. */
 	uint8_t priv[RIG__CM_PRIVATE_MTU];
+	uint8_t priv_len;
 	bool established;		/* up() came: a disconnect ends it */
 	/* The accepting side's answer went: its REP waits for the RTU,
 	 * resent until the CM's retries run out. Only the id's destroy
@@ -234,7 +237,7 @@ bool route_gid_of_address(const struct sockaddr *sa, uint8_t gid[16]);
 bool route_peer_may_be_local(struct conn *c);
 bool route_peer_ip(struct rdma_cm_id *id, char ip[INET6_ADDRSTRLEN]);
 int route_resolved(struct conn *c, struct rig__route *r);
-void route_conn_param(struct rdma_conn_param *p, const uint8_t *priv,
+void route_conn_param(struct rdma_conn_param *p, const uint8_t *priv, uint8_t len,
 		      const struct rig__qp *qp);
 int64_t route_deadline_after(int64_t us);
 

@@ -181,22 +181,30 @@ int handshake_make_and_connect(struct conn *c)
 
 /* ---------------------------------------------------------------- steps */
 
-/* Our endpoint and our port's MTU, in @priv, to send with @param: the
+/* Our endpoint and our port's MTU, in c->priv, to send with @param: the
  * peer's link may carry larger frames than ours, and each side takes the
- * smaller MTU. 0 or -errno. */
-static int our_param(struct conn *c, struct rdma_conn_param *param,
-		     uint8_t priv[RIG__CM_PRIVATE_MTU])
+ * smaller MTU. A listener answers a request in its own form: a peer that
+ * sent rig_cm_pack's ("rig1", a rig 0.2 dialer) reads only that form,
+ * and gets no MTU. 0 or -errno. */
+static int our_param(struct conn *c, struct rdma_conn_param *param)
 {
 	struct rig_nic *nic = c->loop->nic;
 	struct ibv_port_attr pattr;
 	struct rig_endpoint self;
-	int ret = ibv_query_port(nic->ctx, nic->port, &pattr);
+	int ret;
 
-	if (ret)
-		return rig__fail_verbs(ret, nic, "ibv_query_port");
 	rig_qp_endpoint(&c->qp->pub, &self);
-	rig__cm_pack_mtu(&self, (uint8_t)pattr.active_mtu, priv);
-	route_conn_param(param, priv, c->qp);
+	if (c->accepting && !c->peer_mtu) {
+		rig_cm_pack(&self, c->priv);
+		c->priv_len = RIG_CM_PRIVATE;
+	} else {
+		ret = ibv_query_port(nic->ctx, nic->port, &pattr);
+		if (ret)
+			return rig__fail_verbs(ret, nic, "ibv_query_port");
+		rig__cm_pack_mtu(&self, (uint8_t)pattr.active_mtu, c->priv);
+		c->priv_len = RIG__CM_PRIVATE_MTU;
+	}
+	route_conn_param(param, c->priv, c->priv_len, c->qp);
 	return 0;
 }
 
@@ -204,10 +212,9 @@ static int our_param(struct conn *c, struct rdma_conn_param *param,
 static void dial_connect(struct conn *c, int ret)
 {
 	struct rdma_conn_param param;
-	uint8_t priv[RIG__CM_PRIVATE_MTU];
 
 	if (!ret)
-		ret = our_param(c, &param, priv);
+		ret = our_param(c, &param);
 	if (!ret && rdma_connect(c->id, &param))
 		ret = rig__fail(errno, "%s: rdma_connect: %s", step_name(c), strerror(errno));
 	if (ret)
@@ -252,7 +259,7 @@ void handshake_accept_answer(struct conn *c, int ret)
 	struct rdma_conn_param param;
 
 	if (!ret)
-		ret = our_param(c, &param, c->priv);
+		ret = our_param(c, &param);
 	if (!ret && !c->blocking) {
 		conn_hand_early(c);
 		return;
@@ -275,7 +282,7 @@ static void pay(struct conn *c)
 	int ret = 0;
 
 	if (c->accepting) {
-		route_conn_param(&param, c->priv, c->qp);
+		route_conn_param(&param, c->priv, c->priv_len, c->qp);
 		if (rdma_accept(c->id, &param))
 			ret = rig__fail(errno, "%s: rdma_accept: %s", step_name(c),
 					strerror(errno));

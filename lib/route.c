@@ -173,13 +173,14 @@ int route_resolved(struct conn *c, struct rig__route *r)
 	return 0;
 }
 
-/* What rdma_connect and rdma_accept send with our private data @priv. */
-void route_conn_param(struct rdma_conn_param *p, const uint8_t *priv,
+/* What rdma_connect and rdma_accept send with our private data @priv
+ * (@len bytes). */
+void route_conn_param(struct rdma_conn_param *p, const uint8_t *priv, uint8_t len,
 		      const struct rig__qp *qp)
 {
 	memset(p, 0, sizeof(*p));
 	p->private_data = priv;
-	p->private_data_len = RIG__CM_PRIVATE_MTU;
+	p->private_data_len = len;
 	p->retry_count = 7;
 	p->rnr_retry_count = 7;
 	p->qp_num = qp->pub.ibqp->qp_num;

@@ -32,7 +32,7 @@
  */
 enum { PORT_DIAL_ACCEPT = 18515, PORT_GARBAGE, PORT_LISTENER_FD, PORT_NEGATIVE,
        PORT_HUGE, PORT_GONE_EARLY, PORT_CLAIM_DIALER, PORT_CLAIM_LISTENER,
-       PORT_NAMES_PEER, PORT_RAW_WRITER };
+       PORT_NAMES_PEER, PORT_RAW_WRITER, PORT_RIG1_DIALER };
 
 struct server {
 	struct rig_listener *l;
@@ -1020,4 +1020,61 @@ Test(cm, M4_L1_zero_length_write_taken_a_write_with_bytes_refused)
 	rdma_destroy_event_channel(ch);
 	cr_assert_eq(rig_listener_close(s.l), 0);
 	cr_assert_eq(rig_nic_close(ln), 0);
+}
+
+/*
+ * A dialer of rig 0.2 speaks rig_cm_pack's form alone ("rig1", 34 bytes)
+ * and reads the answer with rig_cm_parse, which takes that form only. A
+ * listener answers a request in the form it came in: the answer to a
+ * "rig1" request is rig_cm_pack's, its endpoint the accepted queue
+ * pair's, and the connection comes up (it answered "rig2", which such a
+ * dialer refused with -EPROTO). The other way round, a listener that
+ * speaks rig1 only, is M4_P3_a_listener_claiming_our_gid_and_qpn_gets_no_access
+ * (M3: the endpoints travel in the forms both ends read).
+ */
+Test(cm, M3_a_rig1_dialer_gets_a_rig1_answer)
+{
+	struct rig_nic *cn = t_nic_open(t_dev());
+	struct rig_nic *sn = t_peer_dev() ? t_nic_open(t_other_dev()) : cn;
+	struct rig_endpoint mine, theirs, accepted_self;
+	uint8_t priv[RIG_CM_PRIVATE];
+	struct rdma_event_channel *ch;
+	struct rdma_conn_param p;
+	struct rig_listener *l;
+	struct rig_qp *offer = t_qp(cn), *qp = NULL;
+	struct rdma_cm_id *id;
+	struct raw_ev rep;
+	int ret;
+
+	cr_assert_eq(rig_listen(sn, t_other_ip(), PORT_RIG1_DIALER, &l), 0, "%s", rig_errmsg());
+	rig_qp_endpoint(offer, &mine);
+	rig_cm_pack(&mine, priv);
+	ch = raw_channel();
+	id = raw_resolve(ch, t_other_ip(), PORT_RIG1_DIALER);
+	t_raw_param(&p, priv, RIG_CM_PRIVATE, mine.qp);
+	cr_assert_eq(rdma_connect(id, &p), 0, "rdma_connect: %s", strerror(errno));
+	/* rig_accept answers the request, and waits for the RTU meanwhile */
+	ret = rig_accept(l, 500000, &qp);
+	cr_assert_eq(ret, -ETIMEDOUT, "rig_accept before the RTU: %d %s", ret, rig_errmsg());
+	raw_expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, &rep);
+	cr_assert_eq(memcmp(rep.priv, "rig1", 4), 0, "the answer's tag is %.4s, not rig1",
+		     (const char *)rep.priv);
+	ret = rig_cm_parse(rep.priv, rep.len, &theirs);
+	cr_assert_eq(ret, 0, "rig_cm_parse of the answer (%zu bytes): %d %s", rep.len, ret,
+		     rig_errmsg());
+	cr_assert_eq(rdma_establish(id), 0, "rdma_establish: %s", strerror(errno));
+	ret = rig_accept(l, 10000000, &qp);
+	cr_assert_eq(ret, 0, "rig_accept: %d %s", ret, rig_errmsg());
+	rig_qp_endpoint(qp, &accepted_self);
+	cr_assert_eq(theirs.qp, accepted_self.qp, "the answer names queue pair %#x, not the "
+		     "accepted %#x", theirs.qp, accepted_self.qp);
+
+	cr_assert_eq(rig_qp_destroy(qp), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_listener_close(l), 0, "%s", rig_errmsg());
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+	cr_assert_eq(rig_qp_destroy(offer), 0);
+	if (sn != cn)
+		cr_assert_eq(rig_nic_close(sn), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_nic_close(cn), 0, "%s", rig_errmsg());
 }
