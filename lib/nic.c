@@ -216,9 +216,17 @@ static int nic_init(struct rig_nic *nic, struct ibv_device *dev)
 		ret = rig__fail(-ret, "%s: %s", nic->name, rig_errmsg());
 		goto out_close;
 	}
-	if (attr.max_qp_wr < RIG_RING_ENTRIES || attr.max_cqe < RIG_RING_ENTRIES) {
-		ret = rig__fail(ENODEV, "%s: takes %d work requests per queue and %d per CQ, rig needs %d",
-				nic->name, attr.max_qp_wr, attr.max_cqe, RIG_RING_ENTRIES);
+	/* A queue pair's send queue and send CQ hold RIG__QUEUE_DEPTH, its
+	 * ring's and a liveness probe's (qp.c): a device that takes fewer
+	 * would open and then refuse every make. */
+	if (attr.max_qp_wr < RIG__QUEUE_DEPTH) {
+		ret = rig__fail(ENODEV, "%s: takes %d work requests per queue (max_qp_wr), rig needs %d",
+				nic->name, attr.max_qp_wr, RIG__QUEUE_DEPTH);
+		goto out_close;
+	}
+	if (attr.max_cqe < RIG__QUEUE_DEPTH) {
+		ret = rig__fail(ENODEV, "%s: takes %d completions per CQ (max_cqe), rig needs %d",
+				nic->name, attr.max_cqe, RIG__QUEUE_DEPTH);
 		goto out_close;
 	}
 	nic->port = gid.port_num;

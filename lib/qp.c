@@ -81,8 +81,10 @@ static int make_refused(int err, struct rig_nic *nic, const char *step)
  *   n + 1) slots to the send queue and the send CQ alike: both double,
  *   and a queue pair's kernel memory goes from 2.2 to 3.8 MiB (rig(7)
  *   SOFT-ROCE).
+ *
+ * RIG_PROBES_OUT (internal.h) is that one; a device that cannot take
+ * RIG__QUEUE_DEPTH requests and CQEs is refused at open (nic.c).
  */
-#define RIG_PROBES_OUT 1
 
 static int ring_init(struct rig__qp *qp, struct rig__ring *ring, int extra)
 {
@@ -141,7 +143,7 @@ RIG_EXPORT __cold int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out)
 	attr.qp_context = qp;
 	attr.send_cq = qp->pub.ring[RIG_SEND].cq;
 	attr.recv_cq = qp->pub.ring[RIG_RECEIVE].cq;
-	attr.cap.max_send_wr = RIG_RING_ENTRIES + RIG_PROBES_OUT;
+	attr.cap.max_send_wr = RIG__QUEUE_DEPTH;
 	attr.cap.max_recv_wr = RIG_RING_ENTRIES;
 	attr.cap.max_send_sge = 1;
 	attr.cap.max_recv_sge = 1;
