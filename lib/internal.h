@@ -81,6 +81,15 @@ struct rig__handles {
 	size_t used;
 };
 
+/*
+ * The requests a queue pair's send queue holds beyond its ring, and the
+ * entries its send CQ holds beyond it: a liveness probe's (qp.c says why
+ * and what it costs). So a device must take RIG__QUEUE_DEPTH requests per
+ * queue and CQEs per CQ (nic.c).
+ */
+#define RIG_PROBES_OUT 1
+#define RIG__QUEUE_DEPTH (RIG_RING_ENTRIES + RIG_PROBES_OUT)
+
 struct rig_nic {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;

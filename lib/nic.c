@@ -79,6 +79,35 @@ static uint8_t rig__nic_retry_cnt(const struct ibv_device_attr *attr)
 	return attr->vendor_id == RIG_RXE_VENDOR_ID ? 6 : 7;
 }
 
+/*
+ * The reads a queue pair of a local peer (rig(7) M4) has in flight, as
+ * initiator (max_rd_atomic, RTS) and as responder (max_dest_rd_atomic,
+ * RTR): one figure for both, the smaller of the device's two limits and
+ * 16. The drivers do not agree on which limit bounds which side:
+ *
+ * - bnxt_re (Linux, drivers/infiniband/hw/bnxt_re/ib_verbs.c,
+ *   bnxt_re_modify_qp) refuses a max_dest_rd_atomic over
+ *   max_qp_init_rd_atom with -EINVAL, and caps max_rd_atomic at
+ *   max_qp_rd_atom;
+ * - mlx5 (Linux, drivers/infiniband/hw/mlx5/qp.c, mlx5_ib_modify_qp's
+ *   rd-atomic check) refuses a max_rd_atomic over 1 << log_max_ra_res_qp
+ *   and a max_dest_rd_atomic over 1 << log_max_ra_req_qp, which
+ *   mlx5_ib_query_device (main.c) reports as max_qp_init_rd_atom and
+ *   max_qp_rd_atom: the responder's depth against max_qp_rd_atom.
+ *
+ * Under the smaller of both, no driver refuses either side.
+ */
+static uint8_t read_depth(const struct ibv_device_attr *attr)
+{
+	int depth = 16;
+
+	if (attr->max_qp_init_rd_atom < depth)
+		depth = attr->max_qp_init_rd_atom;
+	if (attr->max_qp_rd_atom < depth)
+		depth = attr->max_qp_rd_atom;
+	return (uint8_t)(depth < 0 ? 0 : depth);
+}
+
 static int is_ipv4_mapped(const union ibv_gid *gid)
 {
 	static const uint8_t prefix[12] = { [10] = 0xff, [11] = 0xff };
@@ -216,9 +245,17 @@ static int nic_init(struct rig_nic *nic, struct ibv_device *dev)
 		ret = rig__fail(-ret, "%s: %s", nic->name, rig_errmsg());
 		goto out_close;
 	}
-	if (attr.max_qp_wr < RIG_RING_ENTRIES || attr.max_cqe < RIG_RING_ENTRIES) {
-		ret = rig__fail(ENODEV, "%s: takes %d work requests per queue and %d per CQ, rig needs %d",
-				nic->name, attr.max_qp_wr, attr.max_cqe, RIG_RING_ENTRIES);
+	/* A queue pair's send queue and send CQ hold RIG__QUEUE_DEPTH, its
+	 * ring's and a liveness probe's (qp.c): a device that takes fewer
+	 * would open and then refuse every make. */
+	if (attr.max_qp_wr < RIG__QUEUE_DEPTH) {
+		ret = rig__fail(ENODEV, "%s: takes %d work requests per queue (max_qp_wr), rig needs %d",
+				nic->name, attr.max_qp_wr, RIG__QUEUE_DEPTH);
+		goto out_close;
+	}
+	if (attr.max_cqe < RIG__QUEUE_DEPTH) {
+		ret = rig__fail(ENODEV, "%s: takes %d completions per CQ (max_cqe), rig needs %d",
+				nic->name, attr.max_cqe, RIG__QUEUE_DEPTH);
 		goto out_close;
 	}
 	nic->port = gid.port_num;
@@ -231,7 +268,7 @@ static int nic_init(struct rig_nic *nic, struct ibv_device *dev)
 	nic->vendor_id = attr.vendor_id;
 	nic->soft_roce = attr.vendor_id == RIG_RXE_VENDOR_ID;
 	nic->retry_cnt = rig__nic_retry_cnt(&attr);
-	nic->max_rd_atomic = attr.max_qp_init_rd_atom < 16 ? attr.max_qp_init_rd_atom : 16;
+	nic->max_rd_atomic = read_depth(&attr);
 
 	/* rig_nic_events must never block. */
 	ret = rig__set_nonblock(nic->ctx->async_fd, "async_fd");

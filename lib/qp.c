@@ -8,6 +8,7 @@
  * hook, called when it is destroyed.
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,11 +32,19 @@
 #define RIG_MIN_RNR_TIMER 12
 
 /*
- * A make the NIC refused at @step with @err. ENOMEM from creating a CQ or
- * a QP is most often the pinning of its queues refused: the kernel counts
+ * A make the NIC refused at @step with @err, the errno the step left;
+ * the caller cleared errno before it. ENOMEM from creating a CQ or a QP
+ * is most often the pinning of its queues refused: the kernel counts
  * them against RLIMIT_MEMLOCK (ib_umem_get), and a program that is not
  * root has 8 MiB by default, three or four queue pairs. Soft-RoCE pins
  * no queue memory, so there the limit is not the cause and is not named.
+ *
+ * @err 0: the provider returned NULL and set no errno. bnxt_re does,
+ * when a request is over the device's limits (rdma-core,
+ * providers/bnxt_re/verbs.c: __bnxt_re_create_qp returns NULL when
+ * bnxt_re_check_qp_limits returns EINVAL, and sets no errno). Whatever
+ * errno held before is no reason, so the step had it cleared; such a
+ * refusal is -EIO, said to be one without a reason (rig_qp_make(3)).
  */
 static int make_refused(int err, struct rig_nic *nic, const char *step)
 {
@@ -43,6 +52,9 @@ static int make_refused(int err, struct rig_nic *nic, const char *step)
 	struct rlimit rl;
 	char now[32] = "unknown";
 
+	if (!err)
+		return rig__fail(EIO, "%s refused by %s without a reason (the provider set no errno)",
+				 step, nic->name);
 	if (err != ENOMEM || pinned <= 0)
 		return rig__fail_verbs(err, nic, step);
 	if (!getrlimit(RLIMIT_MEMLOCK, &rl)) {
@@ -81,8 +93,10 @@ static int make_refused(int err, struct rig_nic *nic, const char *step)
  *   n + 1) slots to the send queue and the send CQ alike: both double,
  *   and a queue pair's kernel memory goes from 2.2 to 3.8 MiB (rig(7)
  *   SOFT-ROCE).
+ *
+ * RIG_PROBES_OUT (internal.h) is that one; a device that cannot take
+ * RIG__QUEUE_DEPTH requests and CQEs is refused at open (nic.c).
  */
-#define RIG_PROBES_OUT 1
 
 static int ring_init(struct rig__qp *qp, struct rig__ring *ring, int extra)
 {
@@ -91,11 +105,14 @@ static int ring_init(struct rig__qp *qp, struct rig__ring *ring, int extra)
 	ring->slot = calloc(RIG__SLOTS, sizeof(*ring->slot));
 	if (!ring->slot)
 		return rig__fail(ENOMEM, "rig_qp_make: no memory for a ring");
+	errno = 0;	/* a refusal may set none (make_refused) */
 	ring->cq = ibv_create_cq(nic->ctx, RIG_RING_ENTRIES + extra, qp, qp->loop->channel,
 				 qp->loop->comp_vector);
 	if (!ring->cq) {
+		int err = errno;
+
 		free(ring->slot);
-		return make_refused(errno ? errno : ENOMEM, nic, "ibv_create_cq");
+		return make_refused(err, nic, "ibv_create_cq");
 	}
 	return 0;
 }
@@ -141,15 +158,16 @@ RIG_EXPORT __cold int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out)
 	attr.qp_context = qp;
 	attr.send_cq = qp->pub.ring[RIG_SEND].cq;
 	attr.recv_cq = qp->pub.ring[RIG_RECEIVE].cq;
-	attr.cap.max_send_wr = RIG_RING_ENTRIES + RIG_PROBES_OUT;
+	attr.cap.max_send_wr = RIG__QUEUE_DEPTH;
 	attr.cap.max_recv_wr = RIG_RING_ENTRIES;
 	attr.cap.max_send_sge = 1;
 	attr.cap.max_recv_sge = 1;
 	attr.qp_type = IBV_QPT_RC;
 	attr.sq_sig_all = 1;	/* every entry gets a completion (Q2) */
+	errno = 0;	/* a refusal may set none (make_refused) */
 	qp->pub.ibqp = ibv_create_qp(nic->pd, &attr);
 	if (!qp->pub.ibqp) {
-		ret = make_refused(errno ? errno : ENOMEM, nic, "ibv_create_qp");
+		ret = make_refused(errno, nic, "ibv_create_qp");
 		goto out_receive_ring;
 	}
 	qp->pub.nic = nic;

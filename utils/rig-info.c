@@ -182,8 +182,10 @@ static void print_text(const struct dev *d)
 	else
 		printf("%s: rig does not use it: %s\n", d->name, d->why);
 	if (d->attr_ok) {
+		/* A queue pair's send queue and send CQ: its ring's entries
+		 * and a liveness probe's (rig_nic_open(3)). */
 		printf("  max_qp_wr %d, max_cqe %d (rig needs %d)\n", d->attr.max_qp_wr,
-		       d->attr.max_cqe, RIG_RING_ENTRIES);
+		       d->attr.max_cqe, RIG_RING_ENTRIES + 1);
 		printf("  max_qp %d, max_cq %d, max_mr %d, %d completion vector(s)\n",
 		       d->attr.max_qp, d->attr.max_cq, d->attr.max_mr, d->comp_vectors);
 		printf("  vendor id 0x%x, %d port(s)\n", d->attr.vendor_id, d->attr.phys_port_cnt);

@@ -19,7 +19,8 @@ struct rig_nic;
  * @out:  set to the new NIC on success, untouched on failure
  *
  * A device is used when a port is active on Ethernet with a RoCE v2 GID
- * (an IPv4-mapped one first) and it takes 4095 work requests per queue.
+ * (an IPv4-mapped one first) and it takes 4096 work requests per queue
+ * and completions per CQ (a ring's 4095 and a liveness probe's).
  * Returns 0, or -ENODEV when no such device qualifies: rig_errmsg() then
  * gives the reason of each device it rejected ("rxe0: port 1 is DOWN"),
  * and so does the log (rig_set_log) at RIG_LOG_INFO. Or another -errno
