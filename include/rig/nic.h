@@ -95,8 +95,8 @@ int rig_nic_query(const struct rig_nic *nic, struct rig_nic_info *info);
  *
  * The bytes of its queues and CQs that the kernel counts against
  * RLIMIT_MEMLOCK, as the device's provider sizes them for rig's rings:
- * about 2 MiB on bnxt_re, 1.6 MiB on mlx5; 0 on Soft-RoCE, which pins no
- * queue memory. An estimate, rounded up: RLIMIT_MEMLOCK divided by it is
+ * megabytes on bnxt_re and mlx5 (rig_nic_query(3) gives each figure); 0
+ * on Soft-RoCE, which pins no queue memory. An estimate, rounded up: RLIMIT_MEMLOCK divided by it is
  * about how many queue pairs a program may make, fewer for the regions it
  * registers. Makes no verbs call. Returns the bytes, or -EINVAL if @nic
  * is NULL.

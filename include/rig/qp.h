@@ -234,7 +234,7 @@ int rig__qp_poll_slow(struct rig_qp *qp, enum rig_side side,
 /* The hot path must really be inline: a call and its frame cost more
  * than the checks themselves (GCC at -O2 kept rig_qp_poll out of line).
  * lib/ffi.c defines RIG_INLINE first, to compile these same bodies once
- * more as exported functions, for FFI users (RIG_FFI_0.1). */
+ * more as exported functions, for FFI users (RIG_FFI_0.2). */
 #ifndef RIG_INLINE
 #if defined(__GNUC__)
 #define RIG_INLINE static inline __attribute__((always_inline))
