@@ -527,3 +527,100 @@ void t_raw_param(struct rdma_conn_param *p, const void *priv, size_t len,
 	p->retry_count = 7;
 	p->rnr_retry_count = 7;
 }
+
+/* One lock for every t_fail: a failure is rare, and the first one ends
+ * the test. */
+static pthread_mutex_t fail_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void t_fail_say(struct t_fail *f, const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&fail_lock);
+	if (!f->failed) {	/* the first one says most */
+		va_start(ap, fmt);
+		vsnprintf(f->err, sizeof(f->err), fmt, ap);
+		va_end(ap);
+		__atomic_store_n(&f->failed, 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&fail_lock);
+}
+
+int t_qp_index(struct rig_qp *const *qps, int n, const struct rig_qp *qp)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		if (qps[i] == qp)
+			return i;
+	return -1;
+}
+
+void t_gate_init(struct t_gate *g, bool open)
+{
+	pthread_mutex_init(&g->lock, NULL);
+	pthread_cond_init(&g->cond, NULL);
+	g->open = open;
+	g->held = 0;
+}
+
+void t_gate_wait_locked(struct t_gate *g)
+{
+	g->held++;
+	pthread_cond_broadcast(&g->cond);
+	while (!g->open)
+		pthread_cond_wait(&g->cond, &g->lock);
+	g->held--;
+}
+
+void t_gate_wait(struct t_gate *g)
+{
+	pthread_mutex_lock(&g->lock);
+	t_gate_wait_locked(g);
+	pthread_mutex_unlock(&g->lock);
+}
+
+int t_gate_held(struct t_gate *g, int ms)
+{
+	struct timespec until;
+	int ret = 0;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ms / 1000;
+	pthread_mutex_lock(&g->lock);
+	while (!g->held && ret != ETIMEDOUT)
+		ret = pthread_cond_timedwait(&g->cond, &g->lock, &until);
+	pthread_mutex_unlock(&g->lock);
+	return ret;
+}
+
+void t_gate_open(struct t_gate *g)
+{
+	pthread_mutex_lock(&g->lock);
+	g->open = true;
+	pthread_cond_broadcast(&g->cond);
+	pthread_mutex_unlock(&g->lock);
+}
+
+pid_t t_fork_piped(int *to, int *from, int flags)
+{
+	int down[2], up[2];	/* test -> child, child -> test */
+	pid_t pid;
+
+	cr_assert_eq(pipe2(down, flags), 0, "pipe: %s", strerror(errno));
+	cr_assert_eq(pipe2(up, flags), 0, "pipe: %s", strerror(errno));
+	pid = fork();
+	cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		close(down[1]);
+		close(up[0]);
+		*to = up[1];
+		*from = down[0];
+	} else {
+		close(down[0]);
+		close(up[1]);
+		*to = down[1];
+		*from = up[0];
+	}
+	return pid;
+}

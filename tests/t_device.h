@@ -2,7 +2,10 @@
 /* Helpers of the device tests: the NIC under test, connected pairs. */
 #ifndef T_DEVICE_H
 #define T_DEVICE_H
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <rig/rig.h>
 
 /* Which sanitizer the test is built with (gcc's macros, clang's feature
@@ -99,6 +102,57 @@ void t_child_fail(const char *file, int line, const char *cond, const char *fmt,
 			t_child_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);  \
 	} while (0)
 void t_in_child(void (*fn)(void));
+
+/*
+ * The first failure of a thread other than the test's (a server's loop
+ * thread): Criterion's asserts belong to the test's thread, so that one
+ * writes why into @f and the test asserts on it. t_fail_say() keeps the
+ * first message only, whichever of several threads gets there first;
+ * f->failed, read with acquire, says f->err is written.
+ */
+struct t_fail {
+	int failed;		/* atomic */
+	char err[512];
+};
+void t_fail_say(struct t_fail *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Where @qp stands among @n queue pairs (a server's table of its
+ * connections; NULL finds a free place), or -1. */
+int t_qp_index(struct rig_qp *const *qps, int n, const struct rig_qp *qp);
+
+/*
+ * A gate that other threads wait at until the test opens it (a server's
+ * loops held back, a call of the server's held in an interposed verbs
+ * function). T_GATE_INIT or t_gate_init() makes it, shut or open.
+ * t_gate_wait() waits there; t_gate_wait_locked() is the same with
+ * g->lock already held, for a caller with more state under that lock.
+ * g->held counts the threads at the gate now; t_gate_held() waits up to
+ * @ms for the first and returns 0, or ETIMEDOUT. t_gate_open() lets them
+ * and all that come after through.
+ */
+struct t_gate {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool open;
+	int held;
+};
+#define T_GATE_INIT { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0 }
+void t_gate_init(struct t_gate *g, bool open);
+void t_gate_wait(struct t_gate *g);
+void t_gate_wait_locked(struct t_gate *g);
+int t_gate_held(struct t_gate *g, int ms);
+void t_gate_open(struct t_gate *g);
+
+/*
+ * Forks a child joined to the test by a pipe each way, made with pipe2's
+ * @flags (0, or O_CLOEXEC so that no later child inherits them). In both
+ * processes *@to is then the end that writes to the other one and *@from
+ * the end that reads from it; the other ends are closed. Returns the
+ * child's pid in the test and 0 in the child; fails the test if a pipe or
+ * the fork fails. For the suites' peer processes (test_death's echo,
+ * test_vanish's peer, test_access's owner, test_conn's clients).
+ */
+pid_t t_fork_piped(int *to, int *from, int flags);
 
 /* Runs one rig_qp_wait of 20 ms on @qp's receive ring in a new thread
  * and joins it: far past the 50 us spin, so the thread really sleeps in

@@ -270,29 +270,22 @@ Test(access, M4_other_process_on_same_device_reads_nothing, .timeout = 120)
 	struct ibv_send_wr wr = { 0 }, *bad;
 	struct ibv_wc wc;
 	uint8_t before[LEN];
-	int to_child[2], to_parent[2], status, ret, i;
+	int to_child, from_child, status, ret, i;
 	pid_t pid;
 
 	t_child_report();
-	cr_assert_eq(pipe(to_child), 0);
-	cr_assert_eq(pipe(to_parent), 0);
-	pid = fork();
-	cr_assert_geq(pid, 0);
+	pid = t_fork_piped(&to_child, &from_child, 0);
 	if (pid == 0) {
-		close(to_child[1]);
-		close(to_parent[0]);
-		owner(to_child[0], to_parent[1]);
+		owner(from_child, to_child);	/* in the child: from and to the test */
 		_exit(0);
 	}
-	close(to_child[0]);
-	close(to_parent[1]);
 
 	nic = t_nic_open(t_dev());
 	qp = t_qp(nic);
 	t_buf(&src, nic, LEN, 3);
 	t_buf(&dst, nic, LEN, 4);
 	raw_open(&raw);
-	cr_assert_eq(read_within(to_parent[0], &o, sizeof(o), 30000), 0,
+	cr_assert_eq(read_within(from_child, &o, sizeof(o), 30000), 0,
 		     "no offer from the child: %s", t_child_msg());
 	rig_qp_endpoint(qp, &mine);
 	cr_assert(memcmp(mine.gid, o.to_rig.gid, 16) == 0, "the two processes have two GIDs");
@@ -300,13 +293,13 @@ Test(access, M4_other_process_on_same_device_reads_nothing, .timeout = 120)
 	ans.raw.qp = raw.qp->qp_num;
 	ans.raw.psn = RAW_PSN;
 	memcpy(ans.raw.gid, raw.gid.raw, 16);
-	cr_assert_eq(write_all(to_child[1], &ans, sizeof(ans)), 0);
+	cr_assert_eq(write_all(to_child, &ans, sizeof(ans)), 0);
 	ret = rig_qp_connect(qp, &o.to_rig);
 	cr_assert_eq(ret, 0, "rig_qp_connect: %d %s", ret, rig_errmsg());
 	t_raw_connect(raw.qp, raw.gid_index, raw.mtu, RAW_PSN, o.to_raw.qp, o.to_raw.psn,
 		      o.to_raw.gid);
 	/* The child's queue pairs are connected once it says what they grant. */
-	cr_assert_eq(read_within(to_parent[0], &g, sizeof(g), 30000), 0,
+	cr_assert_eq(read_within(from_child, &g, sizeof(g), 30000), 0,
 		     "the child did not connect: %s", t_child_msg());
 
 	/* Through rig: refused, nothing posted, nothing written. */
@@ -343,12 +336,12 @@ Test(access, M4_other_process_on_same_device_reads_nothing, .timeout = 120)
 		     g.to_raw);
 
 	/* Done: the child checks that its region is unchanged. */
-	cr_assert_eq(write_all(to_child[1], "d", 1), 0);
+	cr_assert_eq(write_all(to_child, "d", 1), 0);
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %s",
 		  t_child_msg()[0] ? t_child_msg() : "killed");
-	close(to_child[1]);
-	close(to_parent[0]);
+	close(to_child);
+	close(from_child);
 	raw_close(&raw);
 	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
 }

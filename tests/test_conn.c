@@ -292,8 +292,7 @@ struct srv {
 	bool echoes[SRV_SLOTS];		/* its client's message came */
 	/* atomics; dropped: accepted, gone before any message */
 	int accepted, echoed, gone, dropped;
-	int failed;
-	char err[512];
+	struct t_fail fail;
 	struct gaps gaps;
 	/* the longest rig_uring_handle() call, and the longest the server
 	 * took over one piece of news (of kind news_max_kind) */
@@ -309,40 +308,9 @@ struct srv {
 	int nclosing;
 };
 
-static void srv_fail(struct srv *s, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static void srv_fail(struct srv *s, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (s->failed)
-		return;		/* the first one says most */
-	va_start(ap, fmt);
-	vsnprintf(s->err, sizeof(s->err), fmt, ap);
-	va_end(ap);
-	__atomic_store_n(&s->failed, 1, __ATOMIC_RELEASE);
-}
-
-static int srv_slot(struct srv *s, const struct rig_qp *qp)
-{
-	int i;
-
-	for (i = 0; i < SRV_SLOTS; i++)
-		if (s->qp[i] == qp)
-			return i;
-	return -1;
-}
-
-static bool srv_closing(struct srv *s, const struct rig_qp *qp)
-{
-	int i;
-
-	for (i = 0; i < s->nclosing; i++)
-		if (s->closing[i] == qp)
-			return true;
-	return false;
-}
+#define srv_fail(s, ...) t_fail_say(&(s)->fail, __VA_ARGS__)
+#define srv_slot(s, q) t_qp_index((s)->qp, SRV_SLOTS, (q))
+#define srv_closing(s, q) (t_qp_index((s)->closing, (s)->nclosing, (q)) >= 0)
 
 static void srv_news(struct srv *s, const struct rig_ready *r)
 {
@@ -605,7 +573,8 @@ static void srv_start(struct srv *s, uint16_t port, bool tick, bool shared)
 
 static void srv_check(struct srv *s)
 {
-	cr_assert(!__atomic_load_n(&s->failed, __ATOMIC_ACQUIRE), "the server: %s", s->err);
+	cr_assert(!__atomic_load_n(&s->fail.failed, __ATOMIC_ACQUIRE), "the server: %s",
+		  s->fail.err);
 }
 
 static void srv_join(struct srv *s)
@@ -944,11 +913,10 @@ static void cli_round(struct cli *h, uint16_t port, int n, bool shed_ok)
  * turns.
  */
 static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool armed, open;
-	int held, fail;
-} gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false, 0, 0 };
+	struct t_gate g;	/* its lock guards the rest */
+	bool armed;
+	int fail;
+} gate = { T_GATE_INIT, false, 0 };
 
 struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
@@ -958,18 +926,14 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	if (!real)
 		real = (struct ibv_qp * (*)(struct ibv_pd *, struct ibv_qp_init_attr *))
 			dlsym(RTLD_NEXT, "ibv_create_qp");
-	pthread_mutex_lock(&gate.lock);
+	pthread_mutex_lock(&gate.g.lock);
 	if (gate.armed && !strcmp(ibv_get_device_name(pd->context->device), t_other_dev())) {
-		gate.held++;
-		pthread_cond_broadcast(&gate.cond);
-		while (!gate.open)
-			pthread_cond_wait(&gate.cond, &gate.lock);
-		gate.held--;
+		t_gate_wait_locked(&gate.g);
 		fail = gate.fail > 0;
 		if (fail)
 			gate.fail--;
 	}
-	pthread_mutex_unlock(&gate.lock);
+	pthread_mutex_unlock(&gate.g.lock);
 	if (fail) {
 		errno = ENOMEM;
 		return NULL;
@@ -979,11 +943,11 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 
 static void gate_arm(void)
 {
-	pthread_mutex_lock(&gate.lock);
+	pthread_mutex_lock(&gate.g.lock);
 	gate.armed = true;
-	gate.open = false;
+	gate.g.open = false;
 	gate.fail = 0;
-	pthread_mutex_unlock(&gate.lock);
+	pthread_mutex_unlock(&gate.g.lock);
 }
 
 /* Waits until the server's helper is held, and the kernel has all of
@@ -994,15 +958,8 @@ static void gate_arm(void)
 static void gate_wait_held(uint16_t port, int ms)
 {
 	double end = t_now_ms() + ms;
-	struct timespec until;
-	int ret = 0, n;
+	int ret = t_gate_held(&gate.g, ms), n;
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += ms / 1000;
-	pthread_mutex_lock(&gate.lock);
-	while (!gate.held && ret != ETIMEDOUT)
-		ret = pthread_cond_timedwait(&gate.cond, &gate.lock, &until);
-	pthread_mutex_unlock(&gate.lock);
 	cr_assert_eq(ret, 0, "the server's helper made no queue pair in %d ms", ms);
 	while ((n = server_ids(port)) < RIG_CM_HANDSHAKES) {
 		cr_assert_lt(t_now_ms(), end, "%d of the child's %d requests at the server", n,
@@ -1014,21 +971,20 @@ static void gate_wait_held(uint16_t port, int ms)
 /* Opens the gate: the next @fail queue pairs of the server fail. */
 static void gate_open(int fail)
 {
-	pthread_mutex_lock(&gate.lock);
-	gate.open = true;
-	gate.fail = fail;
-	pthread_cond_broadcast(&gate.cond);
-	pthread_mutex_unlock(&gate.lock);
+	pthread_mutex_lock(&gate.g.lock);
+	gate.fail = fail;	/* read only by a call the gate let through */
+	pthread_mutex_unlock(&gate.g.lock);
+	t_gate_open(&gate.g);
 }
 
 /* Once every failure given is spent, the gate is off. */
 static void gate_off(void)
 {
-	pthread_mutex_lock(&gate.lock);
+	pthread_mutex_lock(&gate.g.lock);
 	cr_assert_eq(gate.fail, 0, "%d of the server's queue pairs the gate was to fail "
 		     "were never made", gate.fail);
 	gate.armed = false;
-	pthread_mutex_unlock(&gate.lock);
+	pthread_mutex_unlock(&gate.g.lock);
 }
 
 /* ---- hostile clients: children that speak librdmacm --------------------- */
@@ -1387,27 +1343,18 @@ static void kid_run(struct kid *k, int idx, uint16_t port, int out)
  * starts: the child then inherits no lock another thread holds. */
 static void kid_fork(struct kid *k, int idx, enum kmode mode, uint16_t port)
 {
-	int go[2], from[2];
 	char c;
 
 	memset(k, 0, sizeof(*k));
 	k->mode = mode;
-	cr_assert_eq(pipe2(go, O_CLOEXEC), 0);
-	cr_assert_eq(pipe2(from, O_CLOEXEC), 0);
-	k->pid = fork();
-	cr_assert_geq(k->pid, 0);
+	k->pid = t_fork_piped(&k->go, &k->from, O_CLOEXEC);
 	if (k->pid == 0) {
-		close(go[1]);
-		close(from[0]);
+		/* k->from reads the test's words, k->go writes to it */
 		alarm(60);	/* a hang ends in SIGALRM */
-		T_CHILD_CHECK(read(go[0], &c, 1) == 1, "the test never said go");
-		kid_run(k, idx, port, from[1]);
+		T_CHILD_CHECK(read(k->from, &c, 1) == 1, "the test never said go");
+		kid_run(k, idx, port, k->go);
 		_exit(0);
 	}
-	close(go[0]);
-	close(from[1]);
-	k->go = go[1];
-	k->from = from[0];
 }
 
 /* Reads the child's next word; fails the test if it died first. */
@@ -2427,7 +2374,7 @@ Test(conn, storm_of_clients_from_many_processes_all_connect, .timeout = 600)
 {
 	const uint16_t port = 18634;
 	static struct srv s;	/* static: the server thread outlives a failed assert */
-	int go[CROWD], from[CROWD], p[2], q[2], k, status;
+	int go[CROWD], from[CROWD], k, status;
 	pid_t pid[CROWD];
 	double t0;
 
@@ -2436,19 +2383,12 @@ Test(conn, storm_of_clients_from_many_processes_all_connect, .timeout = 600)
 	cr_assert_leq(CROWD * CROWD_EACH, SRV_SLOTS);
 	t_child_report();
 	for (k = 0; k < CROWD; k++) {	/* before any thread starts */
-		cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
-		cr_assert_eq(pipe2(q, O_CLOEXEC), 0);
-		pid[k] = fork();
-		cr_assert_geq(pid[k], 0);
+		pid[k] = t_fork_piped(&go[k], &from[k], O_CLOEXEC);
 		if (pid[k] == 0) {
 			alarm(STORM_DIAL_US / 1000000);	/* a hang ends in SIGALRM */
-			crowd_child(p[0], q[1], port);
+			crowd_child(from[k], go[k], port);
 			_exit(0);
 		}
-		close(p[0]);
-		close(q[1]);
-		go[k] = p[1];
-		from[k] = q[0];
 	}
 	srv_start(&s, port, false, false);
 	t0 = t_now_ms();

@@ -130,21 +130,9 @@ struct peer {
 
 static void peer_start(struct peer *p, const char *dev, long count)
 {
-	int a[2], b[2];
-
-	cr_assert_eq(pipe(a), 0);
-	cr_assert_eq(pipe(b), 0);
-	p->pid = fork();
-	cr_assert_geq(p->pid, 0, "fork: %s", strerror(errno));
-	if (p->pid == 0) {
-		close(a[1]);
-		close(b[0]);
-		child_echo(dev, a[0], b[1], count);
-	}
-	close(a[0]);
-	close(b[1]);
-	p->to = a[1];
-	p->from = b[0];
+	p->pid = t_fork_piped(&p->to, &p->from, 0);
+	if (p->pid == 0)
+		child_echo(dev, p->from, p->to, count);
 }
 
 /* Exchanges endpoints with the child and connects @qp to its queue pair;
@@ -512,7 +500,7 @@ Test(death, fork_with_live_queue_pairs_parent_unharmed)
 	struct rig_qp *a = t_qp(nic), *b = t_qp(nic);
 	struct rig_completion c;
 	struct t_buf src, dst;
-	int go[2], done[2], status, round;
+	int to, from, status, round;
 	char byte;
 	pid_t pid;
 
@@ -530,22 +518,15 @@ Test(death, fork_with_live_queue_pairs_parent_unharmed)
 	memset(dst.mem, 0, LEN);
 	cr_assert_eq(rig_qp_receive(b, dst.r, 0, LEN), 0);
 
-	cr_assert_eq(pipe(go), 0);
-	cr_assert_eq(pipe(done), 0);
-	pid = fork();
-	cr_assert_geq(pid, 0);
+	pid = t_fork_piped(&to, &from, 0);
 	if (pid == 0) {
-		close(go[1]);
-		close(done[0]);
 		memset(src.mem, 0xee, LEN);
 		memset(dst.mem, 0xdd, LEN);
-		xwrite(done[1], "w", 1);
-		xread(go[0], &byte, 1);
+		xwrite(to, "w", 1);
+		xread(from, &byte, 1);
 		_exit(src.mem[0] == 0xee && dst.mem[LEN - 1] == 0xdd ? 0 : 4);
 	}
-	close(go[0]);
-	close(done[1]);
-	cr_assert_eq(read(done[0], &byte, 1), 1, "the child did not write");
+	cr_assert_eq(read(from, &byte, 1), 1, "the child did not write");
 
 	/* round 0 while the child lives, round 1 after it exited */
 	for (round = 0; round < 2; round++) {
@@ -573,13 +554,13 @@ Test(death, fork_with_live_queue_pairs_parent_unharmed)
 		cr_assert_eq(c.bytes, LEN / 2);
 		cr_assert_arr_eq(dst.mem, src.mem, LEN / 2);
 		if (round == 0) {
-			cr_assert_eq(write(go[1], "x", 1), 1);
+			cr_assert_eq(write(to, "x", 1), 1);
 			cr_assert_eq(waitpid(pid, &status, 0), pid);
 			cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 				  "the child's copy was not its own: status %#x", status);
 		}
 	}
-	close(go[1]);
-	close(done[0]);
+	close(to);
+	close(from);
 	cr_assert_eq(rig_nic_close(nic), 0);
 }

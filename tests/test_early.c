@@ -108,33 +108,11 @@ struct srv {
 	unsigned sent_no;	/* SERVER_FIRST: numbers of the messages sent */
 	bool seen[SLOTS * 4];	/* CLIENT_FIRST: numbers received */
 	int accepted, done, gone;	/* atomics */
-	int failed;
-	char err[512];
+	struct t_fail fail;
 };
 
-static void srv_fail(struct srv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void srv_fail(struct srv *s, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (s->failed)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(s->err, sizeof(s->err), fmt, ap);
-	va_end(ap);
-	__atomic_store_n(&s->failed, 1, __ATOMIC_RELEASE);
-}
-
-static int srv_slot(struct srv *s, const struct rig_qp *qp)
-{
-	int i;
-
-	for (i = 0; i < SLOTS; i++)
-		if (s->qp[i] == qp)
-			return i;
-	return -1;
-}
+#define srv_fail(s, ...) t_fail_say(&(s)->fail, __VA_ARGS__)
+#define srv_slot(s, q) t_qp_index((s)->qp, SLOTS, (q))
 
 static void srv_accepted(struct srv *s, const struct rig_ready *r)
 {
@@ -339,7 +317,7 @@ static void srv_end(struct srv *s)
 
 	cr_assert_eq(eventfd_write(s->stop, 1), 0);
 	cr_assert_eq(pthread_join(s->thread, NULL), 0);
-	cr_assert(!s->failed, "the server: %s", s->err);
+	cr_assert(!s->fail.failed, "the server: %s", s->fail.err);
 	ret = rig_listener_close(s->l);
 	cr_assert_eq(ret, 0, "rig_listener_close: %d %s", ret, rig_errmsg());
 	if (s->loop) {
@@ -478,7 +456,8 @@ static double round_trip(enum first first, uint16_t port)
 	t0 = t_now_ms();
 	end = t0 + ROUND_MS;
 	while (left) {
-		cr_assert(!__atomic_load_n(&s.failed, __ATOMIC_ACQUIRE), "the server: %s", s.err);
+		cr_assert(!__atomic_load_n(&s.fail.failed, __ATOMIC_ACQUIRE), "the server: %s",
+			  s.fail.err);
 		cr_assert_lt(t_now_ms(), end, "%d of %d connections not through in %d ms",
 			     left, CLIENTS, ROUND_MS);
 		for (i = 0; i < CLIENTS && going < WINDOW(first); i++)
@@ -532,7 +511,8 @@ static double round_trip(enum first first, uint16_t port)
 	t0 = t_now_ms() - t0;
 	/* Every connection's GONE reached the server: its counts are final. */
 	while (__atomic_load_n(&s.gone, __ATOMIC_RELAXED) < CLIENTS) {
-		cr_assert(!__atomic_load_n(&s.failed, __ATOMIC_ACQUIRE), "the server: %s", s.err);
+		cr_assert(!__atomic_load_n(&s.fail.failed, __ATOMIC_ACQUIRE), "the server: %s",
+			  s.fail.err);
 		cr_assert_lt(t_now_ms(), end, "the server saw %d of %d clients leave",
 			     __atomic_load_n(&s.gone, __ATOMIC_RELAXED), CLIENTS);
 		usleep(10000);	/* polling a count; the verdict is the bound */

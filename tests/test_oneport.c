@@ -47,14 +47,9 @@
 static const uint64_t LISTEN_COOKIE = 0x0e9e00000000000full;
 static const uint64_t DIAL_BASE = 0xd1a1000000000000ull;
 
-static const char *server_ip(void)
-{
-	return getenv("RIG_TEST_PEER_IP");
-}
-
 static void need_two_hosts(void)
 {
-	if (!t_peer_dev() || !server_ip())
+	if (!t_peer_dev() || !t_other_ip())
 		cr_skip_test("one port, every loop: across two hosts (tests/rxe-vm --two-hosts)");
 }
 
@@ -89,33 +84,17 @@ struct srv {
 	uint16_t port;
 	int stop;		/* eventfd */
 	struct t_buf buf;	/* slot i: receive at 2i * MSG, send at (2i + 1) * MSG */
-	pthread_mutex_t lock;	/* the slots and the gate */
-	pthread_cond_t gate_cond;
-	bool gate_open;
+	pthread_mutex_t lock;	/* the slots */
+	struct t_gate gate;	/* loops 1-3 turn once it opens, if gated */
 	struct {
 		struct rig_qp *qp;
 		int loop;	/* the loop that accepted it */
 	} slot[SLOTS];
 	int closed_flag;	/* atomic: rig_listener_close returned */
-	int failed;		/* atomic */
-	char err[512];
+	struct t_fail fail;	/* the first of any loop's */
 };
 
-static void srv_fail(struct srv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void srv_fail(struct srv *s, const char *fmt, ...)
-{
-	va_list ap;
-
-	pthread_mutex_lock(&s->lock);
-	if (!s->failed) {
-		va_start(ap, fmt);
-		vsnprintf(s->err, sizeof(s->err), fmt, ap);
-		va_end(ap);
-		__atomic_store_n(&s->failed, 1, __ATOMIC_RELEASE);
-	}
-	pthread_mutex_unlock(&s->lock);
-}
+#define srv_fail(s, ...) t_fail_say(&(s)->fail, __VA_ARGS__)
 
 /* @qp's slot, if loop @me accepted it; fails the test if another did. */
 static int srv_slot(struct sloop *lp, const struct rig_qp *qp, const char *what)
@@ -252,10 +231,7 @@ static void *srv_main(void *arg)
 
 	if (lp->gated) {
 		/* Not a single turn until the gate opens. */
-		pthread_mutex_lock(&s->lock);
-		while (!s->gate_open)
-			pthread_cond_wait(&s->gate_cond, &s->lock);
-		pthread_mutex_unlock(&s->lock);
+		t_gate_wait(&s->gate);
 		if (lp->closed_early)
 			return NULL;
 	}
@@ -287,8 +263,7 @@ static void srv_start(struct srv *s, uint16_t port, bool gated)
 	s->port = port;
 	s->nic = t_nic_open(t_peer_dev());
 	pthread_mutex_init(&s->lock, NULL);
-	pthread_cond_init(&s->gate_cond, NULL);
-	s->gate_open = !gated;
+	t_gate_init(&s->gate, !gated);
 	for (i = 0; i < LOOPS; i++) {
 		s->lp[i] = (struct sloop){ .s = s, .idx = i, .gated = gated && i > 0 };
 		ret = rig_loop_open(s->nic, &s->lp[i].loop);
@@ -297,22 +272,14 @@ static void srv_start(struct srv *s, uint16_t port, bool gated)
 		cr_assert_eq(ret, 0, "rig_loop_watch: %d %s", ret, rig_errmsg());
 		loops[i] = s->lp[i].loop;
 	}
-	ret = rig_loops_listen(loops, LOOPS, server_ip(), port, LISTEN_COOKIE, &s->l);
-	cr_assert_eq(ret, 0, "rig_loops_listen(%s:%u): %d %s", server_ip(), port, ret,
+	ret = rig_loops_listen(loops, LOOPS, t_other_ip(), port, LISTEN_COOKIE, &s->l);
+	cr_assert_eq(ret, 0, "rig_loops_listen(%s:%u): %d %s", t_other_ip(), port, ret,
 		     rig_errmsg());
 	t_buf(&s->buf, s->nic, (size_t)2 * SLOTS * MSG, 0);
 	s->stop = eventfd(0, EFD_CLOEXEC);
 	cr_assert_geq(s->stop, 0);
 	for (i = 0; i < LOOPS; i++)
 		cr_assert_eq(pthread_create(&s->lp[i].thread, NULL, srv_main, &s->lp[i]), 0);
-}
-
-static void srv_open_gate(struct srv *s)
-{
-	pthread_mutex_lock(&s->lock);
-	s->gate_open = true;
-	pthread_cond_broadcast(&s->gate_cond);
-	pthread_mutex_unlock(&s->lock);
 }
 
 static int srv_sum(struct srv *s, size_t field)
@@ -330,7 +297,8 @@ static int srv_sum(struct srv *s, size_t field)
 static void srv_wait_closed(struct srv *s, int n, double end)
 {
 	while (SRV_SUM(s, closed) < n) {
-		cr_assert(!__atomic_load_n(&s->failed, __ATOMIC_ACQUIRE), "the server: %s", s->err);
+		cr_assert(!__atomic_load_n(&s->fail.failed, __ATOMIC_ACQUIRE), "the server: %s",
+			  s->fail.err);
 		cr_assert_lt(t_now_ms(), end, "the server closed %d of %d connections",
 			     SRV_SUM(s, closed), n);
 		usleep(10000);	/* polling a count; the verdict is the bound */
@@ -341,11 +309,11 @@ static void srv_end(struct srv *s)
 {
 	int i, ret;
 
-	srv_open_gate(s);
+	t_gate_open(&s->gate);
 	cr_assert_eq(eventfd_write(s->stop, 1), 0);
 	for (i = 0; i < LOOPS; i++)
 		cr_assert_eq(pthread_join(s->lp[i].thread, NULL), 0);
-	cr_assert(!s->failed, "the server: %s", s->err);
+	cr_assert(!s->fail.failed, "the server: %s", s->fail.err);
 	if (s->l) {
 		ret = rig_listener_close(s->l);
 		cr_assert_eq(ret, 0, "rig_listener_close: %d %s", ret, rig_errmsg());
@@ -403,7 +371,7 @@ static void cli_close(struct cli *h)
 
 static void cli_dial(struct cli *h, int i)
 {
-	int ret = rig_loop_dial(h->loop, server_ip(), h->port, DIAL_US, DIAL_BASE + (uint64_t)i);
+	int ret = rig_loop_dial(h->loop, t_other_ip(), h->port, DIAL_US, DIAL_BASE + (uint64_t)i);
 
 	cr_assert_eq(ret, 0, "rig_loop_dial %d: %d %s", i, ret, rig_errmsg());
 	h->c[i].state = C_DIALING;
@@ -534,7 +502,8 @@ static void cli_run(struct cli *h, struct srv *s, int first, int count, int roun
 	for (i = first; i < first + count; i++)
 		h->c[i].rounds = rounds;
 	for (;;) {
-		cr_assert(!__atomic_load_n(&s->failed, __ATOMIC_ACQUIRE), "the server: %s", s->err);
+		cr_assert(!__atomic_load_n(&s->fail.failed, __ATOMIC_ACQUIRE), "the server: %s",
+			  s->fail.err);
 		going = left = 0;
 		for (i = first; i < first + count; i++) {
 			going += h->c[i].state == C_DIALING || h->c[i].state == C_TALKING;
@@ -650,7 +619,7 @@ Test(oneport, a_loop_that_does_not_turn_strands_no_request)
 		    t_now_ms() - t0);
 	cli_leave(&h, 0, 20);
 	srv_wait_closed(&s, 20, t_now_ms() + ROUND_MS);
-	srv_open_gate(&s);
+	t_gate_open(&s.gate);
 	for (i = 0; i < LOOPS; i++)
 		before[i] = s.lp[i].accepted;
 	cli_run(&h, &s, 20, RUN, 1);
@@ -681,29 +650,29 @@ Test(oneport, bad_input_is_einval_and_leaves_the_port_free)
 
 	loops[0] = a;
 	loops[1] = b;
-	cr_assert_eq(rig_loops_listen(loops, 0, server_ip(), 18903, 1, &l), -EINVAL);
-	cr_assert_eq(rig_loops_listen(loops, -1, server_ip(), 18903, 1, &l), -EINVAL);
-	cr_assert_eq(rig_loops_listen(NULL, 2, server_ip(), 18903, 1, &l), -EINVAL);
-	cr_assert_eq(rig_loops_listen(loops, 2, server_ip(), 18903, 1, NULL), -EINVAL);
+	cr_assert_eq(rig_loops_listen(loops, 0, t_other_ip(), 18903, 1, &l), -EINVAL);
+	cr_assert_eq(rig_loops_listen(loops, -1, t_other_ip(), 18903, 1, &l), -EINVAL);
+	cr_assert_eq(rig_loops_listen(NULL, 2, t_other_ip(), 18903, 1, &l), -EINVAL);
+	cr_assert_eq(rig_loops_listen(loops, 2, t_other_ip(), 18903, 1, NULL), -EINVAL);
 	loops[1] = NULL;
-	cr_assert_eq(rig_loops_listen(loops, 2, server_ip(), 18903, 1, &l), -EINVAL);
+	cr_assert_eq(rig_loops_listen(loops, 2, t_other_ip(), 18903, 1, &l), -EINVAL);
 	loops[1] = a;
-	cr_assert_eq(rig_loops_listen(loops, 2, server_ip(), 18903, 1, &l), -EINVAL);
+	cr_assert_eq(rig_loops_listen(loops, 2, t_other_ip(), 18903, 1, &l), -EINVAL);
 	loops[1] = b;
 	loops[2] = a;
-	cr_assert_eq(rig_loops_listen(loops, 3, server_ip(), 18903, 1, &l), -EINVAL);
+	cr_assert_eq(rig_loops_listen(loops, 3, t_other_ip(), 18903, 1, &l), -EINVAL);
 	loops[2] = c;
-	cr_assert_eq(rig_loops_listen(loops, 3, server_ip(), 18903, 1, &l), -EINVAL);
+	cr_assert_eq(rig_loops_listen(loops, 3, t_other_ip(), 18903, 1, &l), -EINVAL);
 	cr_assert_null(l, "a refused call set the listener");
 
 	/* Nothing listens: the port is free, for one loop and for two. */
-	ret = rig_loop_listen(a, server_ip(), 18903, 1, &l);
+	ret = rig_loop_listen(a, t_other_ip(), 18903, 1, &l);
 	cr_assert_eq(ret, 0, "rig_loop_listen after the refusals: %d %s", ret, rig_errmsg());
 	/* ... and taken: a second listener on it is refused. */
-	ret = rig_loops_listen(loops, 2, server_ip(), 18903, 1, &(struct rig_listener *){ 0 });
+	ret = rig_loops_listen(loops, 2, t_other_ip(), 18903, 1, &(struct rig_listener *){ 0 });
 	cr_assert_eq(ret, -EADDRINUSE, "a second listener on the port: %d %s", ret, rig_errmsg());
 	cr_assert_eq(rig_listener_close(l), 0);
-	ret = rig_loops_listen(loops, 2, server_ip(), 18903, 1, &l);
+	ret = rig_loops_listen(loops, 2, t_other_ip(), 18903, 1, &l);
 	cr_assert_eq(ret, 0, "rig_loops_listen after the close: %d %s", ret, rig_errmsg());
 	cr_assert_eq(rig_listener_close(l), 0);
 
@@ -754,7 +723,8 @@ Test(oneport, closing_while_loops_turn_keeps_their_connections)
 	 * late dials end. */
 	end = t_now_ms() + ROUND_MS;
 	do {
-		cr_assert(!__atomic_load_n(&s.failed, __ATOMIC_ACQUIRE), "the server: %s", s.err);
+		cr_assert(!__atomic_load_n(&s.fail.failed, __ATOMIC_ACQUIRE), "the server: %s",
+			  s.fail.err);
 		cr_assert_lt(t_now_ms(), end, "the loops stopped echoing after the close");
 		cli_turn(&h, true);
 		busy = 0;
@@ -817,7 +787,7 @@ Test(oneport, a_member_loop_that_closes_leaves_the_listener)
 		     s.lp[0].accepted);
 	cli_leave(&h, 0, 20);
 	srv_wait_closed(&s, 20, t_now_ms() + ROUND_MS);
-	srv_open_gate(&s);
+	t_gate_open(&s.gate);
 	for (i = 0; i < LOOPS; i++)
 		before[i] = s.lp[i].accepted;
 	cli_run(&h, &s, 20, 90, 1);

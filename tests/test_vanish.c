@@ -248,8 +248,6 @@ static void peer_main(const struct peer *p, int in, int out)
 
 static void peer_start(struct peer *p)
 {
-	int a[2], b[2];
-
 	if (!act_at) {
 		act_at = mmap(NULL, sizeof(*act_at), PROT_READ | PROT_WRITE,
 			      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -259,20 +257,10 @@ static void peer_start(struct peer *p)
 	t_child_report();
 	/* a peer that died early fails a write to it, not the test process */
 	signal(SIGPIPE, SIG_IGN);
-	cr_assert_eq(pipe(a), 0);
-	cr_assert_eq(pipe(b), 0);
 	fflush(NULL);	/* nothing buffered for the child's exit() to print */
-	p->pid = fork();
-	cr_assert_geq(p->pid, 0, "fork: %s", strerror(errno));
-	if (p->pid == 0) {
-		close(a[1]);
-		close(b[0]);
-		peer_main(p, a[0], b[1]);
-	}
-	close(a[0]);
-	close(b[1]);
-	p->to = a[1];
-	p->from = b[0];
+	p->pid = t_fork_piped(&p->to, &p->from, 0);
+	if (p->pid == 0)
+		peer_main(p, p->from, p->to);
 }
 
 static void peer_say(struct peer *p, char b)
