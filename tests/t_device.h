@@ -2,6 +2,7 @@
 /* Helpers of the device tests: the NIC under test, connected pairs. */
 #ifndef T_DEVICE_H
 #define T_DEVICE_H
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -27,6 +28,11 @@
 #ifndef T_TSAN
 #define T_TSAN 0
 #endif
+
+/* The next definition of @fn after the test's own, which interposes it
+ * (the executable exports it, -rdynamic): the library's or the
+ * provider's real one, to call through. */
+#define T_NEXT(fn) ((__typeof__(&fn))dlsym(RTLD_NEXT, #fn))
 
 /* The device under test ($RIG_TEST_DEV, else the first), and in the
  * two-host topology the other one ($RIG_TEST_PEER_DEV). */

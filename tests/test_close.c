@@ -40,8 +40,7 @@ static struct {
 
 int ibv_destroy_qp(struct ibv_qp *qp)
 {
-	int (*real)(struct ibv_qp *) =
-		(int (*)(struct ibv_qp *))dlsym(RTLD_NEXT, "ibv_destroy_qp");
+	__typeof__(&ibv_destroy_qp) real = T_NEXT(ibv_destroy_qp);
 	int ret;
 
 	if (qp == gate.hold) {
@@ -106,8 +105,7 @@ static bool hold_here(enum held_step step, struct rdma_cm_id *id)
 
 int ibv_destroy_cq(struct ibv_cq *cq)
 {
-	int (*real)(struct ibv_cq *) =
-		(int (*)(struct ibv_cq *))dlsym(RTLD_NEXT, "ibv_destroy_cq");
+	__typeof__(&ibv_destroy_cq) real = T_NEXT(ibv_destroy_cq);
 
 	hold_here(HOLD_DESTROY_CQ, NULL);
 	return real(cq);
@@ -115,8 +113,7 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 
 int rdma_destroy_id(struct rdma_cm_id *id)
 {
-	int (*real)(struct rdma_cm_id *) =
-		(int (*)(struct rdma_cm_id *))dlsym(RTLD_NEXT, "rdma_destroy_id");
+	__typeof__(&rdma_destroy_id) real = T_NEXT(rdma_destroy_id);
 
 	hold_here(HOLD_DESTROY_ID, id);
 	if (id && id == __atomic_load_n(&held.id, __ATOMIC_ACQUIRE)) {
@@ -128,8 +125,7 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 
 int rdma_disconnect(struct rdma_cm_id *id)
 {
-	int (*real)(struct rdma_cm_id *) =
-		(int (*)(struct rdma_cm_id *))dlsym(RTLD_NEXT, "rdma_disconnect");
+	__typeof__(&rdma_disconnect) real = T_NEXT(rdma_disconnect);
 
 	hold_here(HOLD_DISCONNECT, id);
 	return real(id);

@@ -924,8 +924,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	bool fail = false;
 
 	if (!real)
-		real = (struct ibv_qp * (*)(struct ibv_pd *, struct ibv_qp_init_attr *))
-			dlsym(RTLD_NEXT, "ibv_create_qp");
+		real = T_NEXT(ibv_create_qp);
 	pthread_mutex_lock(&gate.g.lock);
 	if (gate.armed && !strcmp(ibv_get_device_name(pd->context->device), t_other_dev())) {
 		t_gate_wait_locked(&gate.g);

@@ -54,8 +54,7 @@ static struct {
 
 int ibv_destroy_qp(struct ibv_qp *qp)
 {
-	int (*real)(struct ibv_qp *) =
-		(int (*)(struct ibv_qp *))dlsym(RTLD_NEXT, "ibv_destroy_qp");
+	__typeof__(&ibv_destroy_qp) real = T_NEXT(ibv_destroy_qp);
 
 	if (qp == stage.defer_qp)
 		return 0;
@@ -82,10 +81,8 @@ static void race(void)
 
 int ibv_destroy_cq(struct ibv_cq *cq)
 {
-	int (*real_cq)(struct ibv_cq *) =
-		(int (*)(struct ibv_cq *))dlsym(RTLD_NEXT, "ibv_destroy_cq");
-	int (*real_qp)(struct ibv_qp *) =
-		(int (*)(struct ibv_qp *))dlsym(RTLD_NEXT, "ibv_destroy_qp");
+	__typeof__(&ibv_destroy_cq) real_cq = T_NEXT(ibv_destroy_cq);
+	__typeof__(&ibv_destroy_qp) real_qp = T_NEXT(ibv_destroy_qp);
 
 	if (cq == stage.hook_cq) {
 		stage.hook_cq = NULL;

@@ -364,9 +364,7 @@ static struct {
 
 int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 {
-	int (*real)(struct ibv_context *, struct ibv_async_event *) =
-		(int (*)(struct ibv_context *, struct ibv_async_event *))
-			dlsym(RTLD_NEXT, "ibv_get_async_event");
+	__typeof__(&ibv_get_async_event) real = T_NEXT(ibv_get_async_event);
 
 	if (__atomic_load_n(&gone.dead, __ATOMIC_ACQUIRE)) {
 		__atomic_add_fetch(&gone.eio_reads, 1, __ATOMIC_RELAXED);

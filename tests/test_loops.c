@@ -1151,9 +1151,7 @@ static struct ibv_cq *(*real_create_cq)(struct ibv_context *, int, void *,
 /* Before any thread: the threads of C3 make queue pairs at once. */
 __attribute__((constructor)) static void find_real_create_cq(void)
 {
-	real_create_cq = (struct ibv_cq *(*)(struct ibv_context *, int, void *,
-					     struct ibv_comp_channel *, int))
-		dlsym(RTLD_NEXT, "ibv_create_cq");
+	real_create_cq = T_NEXT(ibv_create_cq);
 }
 
 struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,

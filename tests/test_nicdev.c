@@ -61,9 +61,7 @@ TestSuite(nicdev, .init = play_reset);
 
 int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
 {
-	int (*real)(struct ibv_context *, struct ibv_device_attr *) =
-		(int (*)(struct ibv_context *, struct ibv_device_attr *))
-		dlsym(RTLD_NEXT, "ibv_query_device");
+	__typeof__(&ibv_query_device) real = T_NEXT(ibv_query_device);
 	int ret = real(ctx, attr);
 
 	if (ret)
@@ -84,11 +82,7 @@ int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
 struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 			     struct ibv_comp_channel *channel, int comp_vector)
 {
-	struct ibv_cq *(*real)(struct ibv_context *, int, void *,
-			       struct ibv_comp_channel *, int) =
-		(struct ibv_cq *(*)(struct ibv_context *, int, void *,
-				    struct ibv_comp_channel *, int))
-		dlsym(RTLD_NEXT, "ibv_create_cq");
+	__typeof__(&ibv_create_cq) real = T_NEXT(ibv_create_cq);
 	struct ibv_cq *cq;
 
 	if (++play.cq_calls == play.refuse_cq)
@@ -101,9 +95,7 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 
 struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	struct ibv_qp *(*real)(struct ibv_pd *, struct ibv_qp_init_attr *) =
-		(struct ibv_qp *(*)(struct ibv_pd *, struct ibv_qp_init_attr *))
-		dlsym(RTLD_NEXT, "ibv_create_qp");
+	__typeof__(&ibv_create_qp) real = T_NEXT(ibv_create_qp);
 
 	play.qp_calls++;
 	if (play.refuse_qp)
@@ -113,9 +105,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 
 int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 {
-	int (*real)(struct ibv_qp *, struct ibv_qp_attr *, int) =
-		(int (*)(struct ibv_qp *, struct ibv_qp_attr *, int))
-		dlsym(RTLD_NEXT, "ibv_modify_qp");
+	__typeof__(&ibv_modify_qp) real = T_NEXT(ibv_modify_qp);
 
 	if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && play.ndest < 8)
 		play.dest_rd_atomic[play.ndest++] = attr->max_dest_rd_atomic;

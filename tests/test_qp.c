@@ -366,11 +366,7 @@ static struct {
 struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 			     struct ibv_comp_channel *channel, int comp_vector)
 {
-	struct ibv_cq *(*real)(struct ibv_context *, int, void *,
-			       struct ibv_comp_channel *, int) =
-		(struct ibv_cq *(*)(struct ibv_context *, int, void *,
-				    struct ibv_comp_channel *, int))
-		dlsym(RTLD_NEXT, "ibv_create_cq");
+	__typeof__(&ibv_create_cq) real = T_NEXT(ibv_create_cq);
 	struct ibv_cq *cq;
 
 	if (pin.fail_cq && !--pin.fail_cq) {
@@ -384,8 +380,7 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 
 int ibv_destroy_cq(struct ibv_cq *cq)
 {
-	int (*real)(struct ibv_cq *) =
-		(int (*)(struct ibv_cq *))dlsym(RTLD_NEXT, "ibv_destroy_cq");
+	__typeof__(&ibv_destroy_cq) real = T_NEXT(ibv_destroy_cq);
 	int ret = real(cq);
 
 	pin.destroyed += !ret;
@@ -394,9 +389,7 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 
 struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	struct ibv_qp *(*real)(struct ibv_pd *, struct ibv_qp_init_attr *) =
-		(struct ibv_qp *(*)(struct ibv_pd *, struct ibv_qp_init_attr *))
-		dlsym(RTLD_NEXT, "ibv_create_qp");
+	__typeof__(&ibv_create_qp) real = T_NEXT(ibv_create_qp);
 	struct ibv_qp *qp;
 
 	if (pin.fail_qp && !--pin.fail_qp) {
@@ -442,9 +435,7 @@ static uint32_t play_vendor;
 
 int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr)
 {
-	int (*real)(struct ibv_context *, struct ibv_device_attr *) =
-		(int (*)(struct ibv_context *, struct ibv_device_attr *))
-		dlsym(RTLD_NEXT, "ibv_query_device");
+	__typeof__(&ibv_query_device) real = T_NEXT(ibv_query_device);
 	int ret = real(ctx, attr);
 
 	if (!ret && play_vendor)

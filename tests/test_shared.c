@@ -213,9 +213,7 @@ static struct {
 
 struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	struct ibv_qp *(*real)(struct ibv_pd *, struct ibv_qp_init_attr *) =
-		(struct ibv_qp * (*)(struct ibv_pd *, struct ibv_qp_init_attr *))
-			dlsym(RTLD_NEXT, "ibv_create_qp");
+	__typeof__(&ibv_create_qp) real = T_NEXT(ibv_create_qp);
 	struct timespec ts;
 
 	pthread_mutex_lock(&qgate.lock);
@@ -314,8 +312,7 @@ static struct {
 
 int rdma_establish(struct rdma_cm_id *id)
 {
-	int (*real)(struct rdma_cm_id *) =
-		(int (*)(struct rdma_cm_id *))dlsym(RTLD_NEXT, "rdma_establish");
+	__typeof__(&rdma_establish) real = T_NEXT(rdma_establish);
 
 	if (__atomic_exchange_n(&egate.armed, false, __ATOMIC_ACQ_REL)) {
 		sem_post(&egate.destroyer->go);
@@ -334,8 +331,7 @@ static struct {
 
 int rdma_destroy_id(struct rdma_cm_id *id)
 {
-	int (*real)(struct rdma_cm_id *) =
-		(int (*)(struct rdma_cm_id *))dlsym(RTLD_NEXT, "rdma_destroy_id");
+	__typeof__(&rdma_destroy_id) real = T_NEXT(rdma_destroy_id);
 	int fd = __atomic_load_n(&dgate.fd, __ATOMIC_ACQUIRE);
 	struct timespec ts;
 

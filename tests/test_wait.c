@@ -395,10 +395,7 @@ static __thread int polls_failed;
 
 __attribute__((constructor)) static void find_real_submit(void)
 {
-	real_submit_and_wait_timeout =
-		(int (*)(struct io_uring *, struct io_uring_cqe **, unsigned,
-			 struct __kernel_timespec *, sigset_t *))
-			dlsym(RTLD_NEXT, "io_uring_submit_and_wait_timeout");
+	real_submit_and_wait_timeout = T_NEXT(io_uring_submit_and_wait_timeout);
 }
 
 int io_uring_submit_and_wait_timeout(struct io_uring *ring, struct io_uring_cqe **cqe,
