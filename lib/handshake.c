@@ -201,7 +201,7 @@ static int our_param(struct conn *c, struct rdma_conn_param *param)
 		ret = ibv_query_port(nic->ctx, nic->port, &pattr);
 		if (ret)
 			return rig__fail_verbs(ret, nic, "ibv_query_port");
-		rig__cm_pack_mtu(&self, (uint8_t)pattr.active_mtu, c->priv);
+		rig__cm_pack_mtu(&self, route_mtu(c, pattr.active_mtu), c->priv);
 		c->priv_len = RIG__CM_PRIVATE_MTU;
 	}
 	route_conn_param(param, c->priv, c->priv_len, c->qp);

@@ -477,6 +477,9 @@ struct rig__route {
 	uint8_t hop_limit;
 	uint32_t flow_label;
 	uint8_t peer_mtu;
+	/* The route's own MTU (enum ibv_mtu), from rdma_cm: its netdev's,
+	 * which may be smaller than the port's (a VLAN's); 0: none given. */
+	uint8_t path_mtu;
 	char peer[64];			/* rdma_cm's peer address and port */
 };
 int rig__qp_connect(struct rig_qp *qp, const struct rig_endpoint *peer,

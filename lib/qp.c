@@ -321,6 +321,10 @@ int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
 	a.path_mtu = pattr.active_mtu;
 	if (route && route->peer_mtu && route->peer_mtu < a.path_mtu)
 		a.path_mtu = route->peer_mtu;
+	/* The route's netdev may carry smaller frames than the port's (a
+	 * VLAN on it): a packet of the port's MTU would not leave it. */
+	if (route && route->path_mtu && route->path_mtu < a.path_mtu)
+		a.path_mtu = route->path_mtu;
 	a.dest_qp_num = peer->qp;
 	a.rq_psn = peer->psn;
 	a.max_dest_rd_atomic = local ? nic->max_rd_atomic : 0;

@@ -7,8 +7,11 @@
  */
 #include <arpa/inet.h>
 #include <limits.h>
+#include <net/if.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include "conn.h"
 
@@ -138,6 +141,54 @@ static void peer_name(struct rdma_cm_id *id, char *out, size_t len)
 	snprintf(out, len, v6 ? "[%s]:%u" : "%s:%u", ip, ntohs(rdma_get_dst_port(id)));
 }
 
+/* The smaller of two MTUs (enum ibv_mtu), 0 being none. */
+static uint8_t mtu_min(uint8_t a, uint8_t b)
+{
+	return !a || (b && b < a) ? b : a;
+}
+
+/* The MTU (enum ibv_mtu) a connection may use on our side: the port's
+ * active one, or its route's when smaller. A VLAN on the port may carry
+ * smaller frames than the port (rxe and the NICs take theirs from the
+ * netdev under them): rdma_cm sets a dialer's route MTU from its
+ * netdev's, and route_resolved() reads the netdev under the source GID on
+ * either side (c->path_mtu). */
+uint8_t route_mtu(const struct conn *c, enum ibv_mtu active)
+{
+	const struct rdma_cm_id *id = c->id;
+	const struct ibv_sa_path_rec *path = id->route.num_paths ? id->route.path_rec : NULL;
+	uint8_t mtu = (uint8_t)active;
+
+	if (path && path->mtu >= IBV_MTU_256)
+		mtu = mtu_min(mtu, path->mtu);
+	return mtu_min(mtu, c->path_mtu);
+}
+
+/* The MTU (enum ibv_mtu) of the netdev under GID @sgid_index of @nic's
+ * port, less RoCE v2's headers and trailer (rdma_cm's own sum: GRH, UDP,
+ * BTH, the longest extended header, ICRC: 96 bytes); 0 when it cannot be
+ * read. */
+static uint8_t netdev_mtu(const struct rig_nic *nic, uint32_t sgid_index)
+{
+	struct ibv_gid_entry e;
+	struct ifreq ifr;
+	int fd, bytes, m;
+
+	memset(&ifr, 0, sizeof(ifr));
+	if (ibv_query_gid_ex(nic->ctx, nic->port, sgid_index, &e, 0) || !e.ndev_ifindex ||
+	    !if_indextoname(e.ndev_ifindex, ifr.ifr_name))
+		return 0;
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	bytes = ioctl(fd, SIOCGIFMTU, &ifr) ? 0 : ifr.ifr_mtu;
+	close(fd);
+	for (m = IBV_MTU_4096; m >= IBV_MTU_256; m--)
+		if (bytes - 96 >= 128 << m)
+			return (uint8_t)m;
+	return 0;
+}
+
 /*
  * What rdma_cm resolved for the connection, as it would set it in the
  * RTR step: the index of the source GID, the traffic class (the ToS of
@@ -164,11 +215,16 @@ int route_resolved(struct conn *c, struct rig__route *r)
 		return rig__fail(EPROTO, "%s: rdma_cm's source GID (index %u of %s port %u) "
 				 "is not the GID of the connection's address",
 				 step_name(c), attr.ah_attr.grh.sgid_index, nic->name, nic->port);
+	/* What the route carries on our side: the netdev under the source
+	 * GID, and what rdma_cm set (a listener's is the dialer's). */
+	c->path_mtu = mtu_min(netdev_mtu(nic, attr.ah_attr.grh.sgid_index),
+			      (mask & IBV_QP_PATH_MTU) ? (uint8_t)attr.path_mtu : 0);
 	*r = (struct rig__route){ .sgid_index = attr.ah_attr.grh.sgid_index,
 				  .traffic_class = attr.ah_attr.grh.traffic_class,
 				  .hop_limit = attr.ah_attr.grh.hop_limit,
 				  .flow_label = attr.ah_attr.grh.flow_label,
-				  .peer_mtu = c->peer_mtu };
+				  .peer_mtu = c->peer_mtu,
+				  .path_mtu = c->path_mtu };
 	peer_name(c->id, r->peer, sizeof(r->peer));
 	return 0;
 }

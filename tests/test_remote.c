@@ -864,7 +864,12 @@ Test(raw_peer, F1_F3_F5_send_with_imm_fails_qp_EPROTO_both_rings_in_order)
 
 /* Ports of the by_address tests' listeners, one each (see test_cm.c). */
 enum { PORT_SECOND_ADDRESS = 18600, PORT_TOS, PORT_MTU_SMALL_DIALS, PORT_MTU_BIG_DIALS,
-       PORT_MTU_SMALL_LOOP_DIALS, PORT_MTU_BIG_LOOP_DIALS };
+       PORT_MTU_SMALL_LOOP_DIALS, PORT_MTU_BIG_LOOP_DIALS, PORT_VLAN_LISTENER_SMALL,
+       PORT_VLAN_DIALER_SMALL };
+/* A VLAN on each veth end (vlan_mtus), and its addresses. */
+#define VLAN_ID 7
+#define VLAN_A "198.20.0.1"	/* on veth0's VLAN: rxe0 */
+#define VLAN_B "198.20.0.2"	/* on veth1's: rxe1 */
 /* The netdevs' MTU as tests/rxe-vm makes them, and the jumbo one. */
 #define MTU_PLAIN 1500
 #define MTU_JUMBO 9000
@@ -899,12 +904,14 @@ static void addr2_remove(void)
 		 "link set dev %s mtu %d\n"
 		 "neigh flush dev %s\n"
 		 "neigh flush dev %s\n"
+		 "link del %s.%d\n"
+		 "link del %s.%d\n"
 		 "EOF\n"
 		 "d=" CM_CONFIG "/%s; if [ -d $d ]; then "
 		 "echo 0 >$d/ports/1/default_roce_tos; rmdir $d; fi",
 		 t_netdev(), t_peer_netdev(), t_netdev(), t_peer_netdev(),
 		 t_netdev(), MTU_PLAIN, t_peer_netdev(), MTU_PLAIN, t_netdev(),
-		 t_peer_netdev(), t_peer_dev());
+		 t_peer_netdev(), t_netdev(), VLAN_ID, t_peer_netdev(), VLAN_ID, t_peer_dev());
 	sh_quiet(cmd);
 }
 
@@ -1341,4 +1348,83 @@ Test(by_address, M3_mixed_mtus_the_1500_side_loop_dials_and_4KiB_64KiB_echo_both
 Test(by_address, M3_mixed_mtus_the_9000_side_loop_dials_and_4KiB_64KiB_echo_both_ways)
 {
 	mixed_mtus(false, true);
+}
+
+/* ---- a VLAN of smaller frames ----------------------------------------------- */
+
+/*
+ * M3: a VLAN on the port may carry smaller frames than the port, whose
+ * MTU rxe and the NICs take from the netdev under it. Both veths carry
+ * 9000-byte frames (both ports' active MTU is 4096); the VLAN on one end
+ * carries 1500, on the other 9000. A connection between the VLAN's
+ * addresses must use path MTU 1024 on both queue pairs, whichever side
+ * has the small VLAN: a packet of 4096 would not leave its netdev (rxe
+ * sets DF), and the first 4 KiB message would never arrive. The dialer
+ * learns its side from its route (rdma_cm sets its MTU from the netdev),
+ * the listener its own from the netdev under its source GID; each gives
+ * the smaller in the private data, and both take the smaller of all.
+ */
+static void vlan_mtus(bool listener_small)
+{
+	struct rig_qp *ql, *qd;
+	struct t_buf txa, rxa, txb, rxb;
+	const size_t sizes[] = { 4096, MTU_ECHO_MAX };
+	int mtu0 = listener_small ? MTU_JUMBO : MTU_PLAIN;	/* rxe0 dials */
+	int mtu1 = listener_small ? MTU_PLAIN : MTU_JUMBO;
+	size_t i;
+
+	t_sh("ip -b - <<EOF\n"
+	     "link set dev %s mtu %d\n"
+	     "link set dev %s mtu %d\n"
+	     "link add link %s name %s.%d type vlan id %d\n"
+	     "link add link %s name %s.%d type vlan id %d\n"
+	     "link set dev %s.%d mtu %d up\n"
+	     "link set dev %s.%d mtu %d up\n"
+	     "addr add " VLAN_A "/24 dev %s.%d\n"
+	     "addr add " VLAN_B "/24 dev %s.%d\n"
+	     "EOF",
+	     t_netdev(), MTU_JUMBO, t_peer_netdev(), MTU_JUMBO,
+	     t_netdev(), t_netdev(), VLAN_ID, VLAN_ID, t_peer_netdev(), t_peer_netdev(), VLAN_ID,
+	     VLAN_ID, t_netdev(), VLAN_ID, mtu0, t_peer_netdev(), VLAN_ID, mtu1,
+	     t_netdev(), VLAN_ID, t_peer_netdev(), VLAN_ID);
+	wait_for_active_mtu(t_dev(), IBV_MTU_4096);
+	wait_for_active_mtu(t_peer_dev(), IBV_MTU_4096);
+	wait_for_gid(t_dev(), VLAN_A);
+	wait_for_gid(t_peer_dev(), VLAN_B);
+	/* rxe0 dials rxe1's VLAN address; a loop's dial for the one case,
+	 * the blocking calls for the other */
+	if (listener_small)
+		dial_from(nic_b, nic_a, VLAN_B, PORT_VLAN_LISTENER_SMALL, &ql, &qd);
+	else
+		loop_dial_from(nic_b, nic_a, VLAN_B, PORT_VLAN_DIALER_SMALL, &ql, &qd);
+	cr_assert_eq(path_mtu(qd), IBV_MTU_1024, "the dialer's queue pair: path MTU %d",
+		     path_mtu(qd));
+	cr_assert_eq(path_mtu(ql), IBV_MTU_1024, "the listener's queue pair: path MTU %d",
+		     path_mtu(ql));
+	t_buf(&txa, nic_a, MTU_ECHO_MAX, 111);
+	t_buf(&rxa, nic_a, MTU_ECHO_MAX + 64, 112);
+	t_buf(&txb, nic_b, MTU_ECHO_MAX, 113);
+	t_buf(&rxb, nic_b, MTU_ECHO_MAX + 64, 114);
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		echo(qd, &txa, &rxa, ql, &rxb, sizes[i]);
+		echo(ql, &txb, &rxb, qd, &rxa, sizes[i]);
+	}
+	expect_idle(qd);
+	expect_idle(ql);
+	cr_assert_eq(rig_qp_destroy(qd), 0);
+	cr_assert_eq(rig_qp_destroy(ql), 0);
+	if (loop_listener)
+		cr_assert_eq(rig_listener_close(loop_listener), 0);
+	loop_listener = NULL;
+	addr2_remove();
+}
+
+Test(by_address, M3_a_listeners_vlan_of_1500_under_ports_of_9000_takes_path_mtu_1024)
+{
+	vlan_mtus(true);
+}
+
+Test(by_address, M3_a_dialers_vlan_of_1500_under_ports_of_9000_takes_path_mtu_1024)
+{
+	vlan_mtus(false);
 }
