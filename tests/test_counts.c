@@ -27,6 +27,9 @@
  * before librdmacm's): while armed, the call waits for another thread to
  * close a member loop of the rig_loops_listen under way, the window
  * between the members' joining and the listener's references being set.
+ * It interposes ibv_create_qp too: while the gate is shut, the server's
+ * helper waits in it, so its handshakes stay under way (a queue pair
+ * being made has no bound) for as long as a test needs.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -57,12 +60,57 @@
 #define MARGIN_MS 5000
 /* Dials ended on their news: more than a loop's LOOP_DIALS. */
 #define ROUNDS 21
-#define SLOTS 64
+#define SLOTS 128
 #define BATCH 16
 
 static const uint64_t LISTEN_COOKIE = 0xc0a7500000000001ull;
 
 TestSuite(counts);
+
+/* ---- the gate on the server's queue pairs ---------------------------- */
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool shut;
+	int held;
+} gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0 };
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	static struct ibv_qp *(*real)(struct ibv_pd *, struct ibv_qp_init_attr *);
+
+	if (!real)
+		real = (struct ibv_qp * (*)(struct ibv_pd *, struct ibv_qp_init_attr *))
+			dlsym(RTLD_NEXT, "ibv_create_qp");
+	pthread_mutex_lock(&gate.lock);
+	if (gate.shut && !strcmp(ibv_get_device_name(pd->context->device), t_other_dev())) {
+		gate.held++;
+		while (gate.shut)
+			pthread_cond_wait(&gate.cond, &gate.lock);
+		gate.held--;
+	}
+	pthread_mutex_unlock(&gate.lock);
+	return real(pd, attr);
+}
+
+static void gate_set(bool shut)
+{
+	pthread_mutex_lock(&gate.lock);
+	gate.shut = shut;
+	pthread_cond_broadcast(&gate.cond);
+	pthread_mutex_unlock(&gate.lock);
+}
+
+static int gate_held(void)
+{
+	int n;
+
+	pthread_mutex_lock(&gate.lock);
+	n = gate.held;
+	pthread_mutex_unlock(&gate.lock);
+	return n;
+}
 
 /* ---- rig's counts ------------------------------------------------------ */
 
@@ -83,6 +131,10 @@ static unsigned cm_held(struct rig_loop *loop)
  * listener (rig_loops_listen), driven by the test's thread ------------ */
 
 struct srv {
+	/* When set, every rig_loop_handle of the server leaves rig_errmsg()
+	 * reading this (C1). */
+	const char *errmsg;
+	int gone;			/* GONE news taken */
 	struct rig_nic *nic;
 	struct rig_loop *loop[2];
 	int n;
@@ -132,6 +184,11 @@ static void srv_turn(struct srv *s)
 	for (k = 0; k < s->n; k++) {
 		n = rig_loop_handle(s->loop[k], ready, BATCH);
 		cr_assert_geq(n, 0, "the server's rig_loop_handle: %d %s", n, rig_errmsg());
+		if (s->errmsg)
+			cr_assert_str_eq(rig_errmsg(), s->errmsg,
+					 "the server's rig_loop_handle returned %d, and rig_errmsg() "
+					 "reads \"%s\", not \"%s\" as before it", n, rig_errmsg(),
+					 s->errmsg);
 		for (i = 0; i < n; i++) {
 			struct rig_ready *r = &ready[i];
 
@@ -148,6 +205,7 @@ static void srv_turn(struct srv *s)
 				slot = srv_slot(s, r->qp);
 				cr_assert_geq(slot, 0, "GONE (%d) of no connection", r->result);
 				s->qp[slot] = NULL;
+				s->gone++;
 				ret = rig_qp_destroy(r->qp);
 				cr_assert_eq(ret, 0, "rig_qp_destroy: %d %s", ret, rig_errmsg());
 				break;
@@ -900,4 +958,162 @@ Test(counts, a_member_loop_closed_as_rig_loops_listen_starts_leaves_nothing, .ti
 	cr_assert_eq(now, fds, "%d fds left open by a listener whose member loop closed as it "
 		     "started (its channel and timer are two), %d before", now - fds, fds);
 	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
+}
+
+/* ---- rig_errmsg() across a listener's turns ---------------------------- */
+
+/*
+ * Raw rdma_cm dialers from $RIG_TEST_DEV that send rig's request (an
+ * endpoint naming a queue-pair number of their own, none real) and never
+ * finish the handshake.
+ */
+struct rawd {
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id[SLOTS];
+	int n, sent, rejected;
+	struct rig_endpoint e;
+};
+
+static void rawd_start(struct rawd *r, int n, uint16_t port)
+{
+	struct sockaddr_in sin = { 0 };
+	struct rig_nic *nic = t_nic_open(t_dev());
+	struct rig_qp *qp = t_qp(nic);
+	int i;
+
+	memset(r, 0, sizeof(*r));
+	rig_qp_endpoint(qp, &r->e);	/* the dialers' GID and MAC */
+	cr_assert_eq(rig_qp_destroy(qp), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
+	r->n = n;
+	r->ch = rdma_create_event_channel();
+	cr_assert_not_null(r->ch);
+	cr_assert_eq(fcntl(r->ch->fd, F_SETFL, O_NONBLOCK), 0);
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons(port);
+	cr_assert_eq(inet_pton(AF_INET, t_other_ip(), &sin.sin_addr), 1);
+	for (i = 0; i < n; i++) {
+		cr_assert_eq(rdma_create_id(r->ch, &r->id[i], (void *)(intptr_t)i, RDMA_PS_TCP), 0,
+			     "rdma_create_id: %s", strerror(errno));
+		cr_assert_eq(rdma_resolve_addr(r->id[i], NULL, (struct sockaddr *)&sin, 5000), 0,
+			     "rdma_resolve_addr: %s", strerror(errno));
+	}
+}
+
+/* Takes the dialers' events: each sends its request once its route is
+ * resolved, with a queue-pair number of its own (the CM rejects a
+ * second request naming one a connection from that host has). */
+static void rawd_take(struct rawd *r)
+{
+	uint8_t priv[RIG_CM_PRIVATE];
+	struct rdma_conn_param p;
+	struct rdma_cm_event *ev;
+	struct rig_endpoint e;
+
+	while (!rdma_get_cm_event(r->ch, &ev)) {
+		struct rdma_cm_id *id = ev->id;
+		enum rdma_cm_event_type type = ev->event;
+		int status = ev->status;
+
+		rdma_ack_cm_event(ev);
+		switch (type) {
+		case RDMA_CM_EVENT_ADDR_RESOLVED:
+			cr_assert_eq(rdma_resolve_route(id, 5000), 0, "rdma_resolve_route: %s",
+				     strerror(errno));
+			break;
+		case RDMA_CM_EVENT_ROUTE_RESOLVED:
+			e = r->e;
+			e.qp = 0x1000 + (uint32_t)(intptr_t)id->context;
+			rig_cm_pack(&e, priv);
+			t_raw_param(&p, priv, RIG_CM_PRIVATE, e.qp);
+			cr_assert_eq(rdma_connect(id, &p), 0, "rdma_connect: %s", strerror(errno));
+			r->sent++;
+			break;
+		case RDMA_CM_EVENT_REJECTED:
+			r->rejected++;
+			break;
+		case RDMA_CM_EVENT_CONNECT_RESPONSE:
+			break;		/* never finished */
+		default:
+			cr_assert_fail("a raw dialer: %s (status %d)", rdma_event_str(type), status);
+		}
+	}
+	cr_assert_eq(errno, EAGAIN, "rdma_get_cm_event: %s", strerror(errno));
+}
+
+static void rawd_close(struct rawd *r)
+{
+	int i;
+
+	rawd_take(r);
+	for (i = 0; i < r->n; i++)
+		rdma_destroy_id(r->id[i]);
+	rdma_destroy_event_channel(r->ch);
+}
+
+/*
+ * C1 at a listener: RIG_CM_HANDSHAKES dialers that never finish hold
+ * every turn, and one more request waits. The gate holds the server's
+ * helper in its first queue pair: no handshake is answered, none comes
+ * up or ends, so RIG_CM_HALF_OPEN_MS after it came the waiting request
+ * is rejected. Then the gate opens, and the half-done handshakes are
+ * handed out, answered and dropped at their bound (GONE, -ETIMEDOUT).
+ * Every turn of the server's loops returns >= 0, and leaves rig_errmsg()
+ * as a failed call of the thread's own set it. @n loops: 1, a loop's
+ * own listener (rig_loop_listen); 2, one shared (rig_loops_listen).
+ */
+static void errmsg_survives_a_refused_wait(int n, uint16_t port)
+{
+	static struct srv s;
+	static struct rawd r;
+	char msg[256];
+	double end;
+	int ret;
+
+	srv_open(&s, n, port);
+	rawd_start(&r, RIG_CM_HANDSHAKES + 1, port);	/* rig_nic_open clears it */
+	ret = rig_qp_destroy(NULL);
+	cr_assert_eq(ret, -EINVAL);
+	snprintf(msg, sizeof(msg), "%s", rig_errmsg());
+	s.errmsg = msg;
+	gate_set(true);
+	end = t_now_ms() + RIG_CM_HALF_OPEN_MS + 4 * MARGIN_MS;
+	while (r.rejected < 1) {
+		cr_assert_lt(t_now_ms(), end,
+			     "%d of %d requests sent, none refused; the server's helper is %s",
+			     r.sent, r.n, gate_held() ? "held" : "not held");
+		rawd_take(&r);
+		srv_turn(&s);
+		wait_fds(NULL, &s, r.ch->fd);
+	}
+	cr_assert_eq(r.rejected, 1, "requests refused with every turn held: the waiting one only");
+	cr_assert_eq(s.accepted[0] + s.accepted[1], 0, "handshakes handed out, the gate shut");
+	gate_set(false);
+	end = t_now_ms() + 2 * RIG_CM_HALF_OPEN_MS + 4 * MARGIN_MS;
+	while (s.gone < RIG_CM_HANDSHAKES) {
+		cr_assert_lt(t_now_ms(), end,
+			     "%d of %d requests sent, %d refused; the server accepted %d, "
+			     "dropped %d", r.sent, r.n, r.rejected, s.accepted[0] + s.accepted[1],
+			     s.gone);
+		rawd_take(&r);
+		srv_turn(&s);
+		wait_fds(NULL, &s, r.ch->fd);
+	}
+	cr_assert_eq(s.accepted[0] + s.accepted[1], RIG_CM_HANDSHAKES,
+		     "handshakes handed out");
+	s.errmsg = NULL;
+	rawd_close(&r);
+	srv_close(&s);
+}
+
+Test(counts, C1_a_loop_listener_that_refuses_a_waiting_request_leaves_rig_errmsg_alone,
+     .timeout = 120)
+{
+	errmsg_survives_a_refused_wait(1, 19111);
+}
+
+Test(counts, C1_a_shared_listener_that_refuses_a_waiting_request_leaves_rig_errmsg_alone,
+     .timeout = 120)
+{
+	errmsg_survives_a_refused_wait(2, 19112);
 }
