@@ -365,13 +365,15 @@ bool t_long(void)
 
 void t_sh(const char *fmt, ...)
 {
-	char cmd[512];
+	char cmd[2048];
 	va_list ap;
 	int ret;
 
 	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	ret = vsnprintf(cmd, sizeof(cmd), fmt, ap);
 	va_end(ap);
+	cr_assert_lt(ret, (int)sizeof(cmd), "a command of %d bytes: t_sh takes %zu", ret,
+		     sizeof(cmd) - 1);
 	if (!strncmp(cmd, "tc ", 3)) {
 		ret = open(T_WIRE_TOUCHED, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
 		cr_assert_geq(ret, 0, "%s: %s", T_WIRE_TOUCHED, strerror(errno));

@@ -69,36 +69,31 @@ TestSuite(counts);
 
 /* ---- the gate on the server's queue pairs ---------------------------- */
 
-static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool shut;
-	int held;
-} gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0 };
+/* Shut, it holds the server's makes of queue pairs (the other device's);
+ * open at first. */
+static struct t_gate gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, true, 0 };
 
 struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	static struct ibv_qp *(*real)(struct ibv_pd *, struct ibv_qp_init_attr *);
+	static __typeof__(&ibv_create_qp) real;
 
 	if (!real)
-		real = (struct ibv_qp * (*)(struct ibv_pd *, struct ibv_qp_init_attr *))
-			dlsym(RTLD_NEXT, "ibv_create_qp");
+		real = T_NEXT(ibv_create_qp);
 	pthread_mutex_lock(&gate.lock);
-	if (gate.shut && !strcmp(ibv_get_device_name(pd->context->device), t_other_dev())) {
-		gate.held++;
-		while (gate.shut)
-			pthread_cond_wait(&gate.cond, &gate.lock);
-		gate.held--;
-	}
+	if (!gate.open && !strcmp(ibv_get_device_name(pd->context->device), t_other_dev()))
+		t_gate_wait_locked(&gate);
 	pthread_mutex_unlock(&gate.lock);
 	return real(pd, attr);
 }
 
 static void gate_set(bool shut)
 {
+	if (!shut) {
+		t_gate_open(&gate);
+		return;
+	}
 	pthread_mutex_lock(&gate.lock);
-	gate.shut = shut;
-	pthread_cond_broadcast(&gate.cond);
+	gate.open = false;
 	pthread_mutex_unlock(&gate.lock);
 }
 
@@ -869,11 +864,11 @@ static struct {
 
 int rdma_listen(struct rdma_cm_id *id, int backlog)
 {
-	static int (*real)(struct rdma_cm_id *, int);
+	static __typeof__(&rdma_listen) real;
 	struct timespec until;
 
 	if (!real)
-		real = (int (*)(struct rdma_cm_id *, int))dlsym(RTLD_NEXT, "rdma_listen");
+		real = T_NEXT(rdma_listen);
 	if (__atomic_exchange_n(&win.armed, false, __ATOMIC_ACQ_REL)) {
 		sem_post(&win.go);
 		/* Bounded: a rig that keeps a member's close out of this

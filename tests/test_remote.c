@@ -906,6 +906,8 @@ static void addr2_remove(void)
 		 "neigh flush dev %s\n"
 		 "link del %s.%d\n"
 		 "link del %s.%d\n"
+		 "rule del pref 10 to " VLAN_B " lookup 104\n"
+		 "rule del pref 10 to " VLAN_A " lookup 105\n"
 		 "EOF\n"
 		 "d=" CM_CONFIG "/%s; if [ -d $d ]; then "
 		 "echo 0 >$d/ports/1/default_roce_tos; rmdir $d; fi",
@@ -1382,11 +1384,18 @@ static void vlan_mtus(bool listener_small)
 	     "link set dev %s.%d mtu %d up\n"
 	     "addr add " VLAN_A "/24 dev %s.%d\n"
 	     "addr add " VLAN_B "/24 dev %s.%d\n"
+	     /* both ends are of one kernel: out through the VLANs, as
+	      * tests/rxe-vm routes the veth's own addresses */
+	     "rule add pref 10 iif lo to " VLAN_B " lookup 104\n"
+	     "route add " VLAN_B " dev %s.%d src " VLAN_A " table 104\n"
+	     "rule add pref 10 iif lo to " VLAN_A " lookup 105\n"
+	     "route add " VLAN_A " dev %s.%d src " VLAN_B " table 105\n"
 	     "EOF",
 	     t_netdev(), MTU_JUMBO, t_peer_netdev(), MTU_JUMBO,
 	     t_netdev(), t_netdev(), VLAN_ID, VLAN_ID, t_peer_netdev(), t_peer_netdev(), VLAN_ID,
 	     VLAN_ID, t_netdev(), VLAN_ID, mtu0, t_peer_netdev(), VLAN_ID, mtu1,
-	     t_netdev(), VLAN_ID, t_peer_netdev(), VLAN_ID);
+	     t_netdev(), VLAN_ID, t_peer_netdev(), VLAN_ID, t_netdev(), VLAN_ID,
+	     t_peer_netdev(), VLAN_ID);
 	wait_for_active_mtu(t_dev(), IBV_MTU_4096);
 	wait_for_active_mtu(t_peer_dev(), IBV_MTU_4096);
 	wait_for_gid(t_dev(), VLAN_A);
