@@ -172,16 +172,17 @@ static uint8_t netdev_mtu(const struct rig_nic *nic, uint32_t sgid_index)
 {
 	struct ibv_gid_entry e;
 	struct ifreq ifr;
-	int fd, bytes, m;
+	int fd, bytes = 0, m;
 
-	memset(&ifr, 0, sizeof(ifr));
-	if (ibv_query_gid_ex(nic->ctx, nic->port, sgid_index, &e, 0) || !e.ndev_ifindex ||
-	    !if_indextoname(e.ndev_ifindex, ifr.ifr_name))
+	if (ibv_query_gid_ex(nic->ctx, nic->port, sgid_index, &e, 0) || !e.ndev_ifindex)
 		return 0;
 	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return 0;
-	bytes = ioctl(fd, SIOCGIFMTU, &ifr) ? 0 : ifr.ifr_mtu;
+	memset(&ifr, 0, sizeof(ifr));
+	ifr.ifr_ifindex = (int)e.ndev_ifindex;
+	if (!ioctl(fd, SIOCGIFNAME, &ifr) && !ioctl(fd, SIOCGIFMTU, &ifr))
+		bytes = ifr.ifr_mtu;
 	close(fd);
 	for (m = IBV_MTU_4096; m >= IBV_MTU_256; m--)
 		if (bytes - 96 >= 128 << m)
@@ -215,10 +216,12 @@ int route_resolved(struct conn *c, struct rig__route *r)
 		return rig__fail(EPROTO, "%s: rdma_cm's source GID (index %u of %s port %u) "
 				 "is not the GID of the connection's address",
 				 step_name(c), attr.ah_attr.grh.sgid_index, nic->name, nic->port);
-	/* What the route carries on our side: the netdev under the source
-	 * GID, and what rdma_cm set (a listener's is the dialer's). */
-	c->path_mtu = mtu_min(netdev_mtu(nic, attr.ah_attr.grh.sgid_index),
-			      (mask & IBV_QP_PATH_MTU) ? (uint8_t)attr.path_mtu : 0);
+	/* What the route carries on our side: what rdma_cm set, which is
+	 * the dialer's netdev's; a listener reads its own netdev's, under
+	 * the source GID. */
+	c->path_mtu = (mask & IBV_QP_PATH_MTU) ? (uint8_t)attr.path_mtu : 0;
+	if (c->accepting)
+		c->path_mtu = mtu_min(c->path_mtu, netdev_mtu(nic, attr.ah_attr.grh.sgid_index));
 	*r = (struct rig__route){ .sgid_index = attr.ah_attr.grh.sgid_index,
 				  .traffic_class = attr.ah_attr.grh.traffic_class,
 				  .hop_limit = attr.ah_attr.grh.hop_limit,
