@@ -426,10 +426,13 @@ void conn_up(struct conn *c)
 	c->state = CONN_UP;
 	c->established = true;
 	c->result = 0;
-	/* An early one's owner was set before its news went out: the
-	 * application may be destroying it now (release waits for cm_lock). */
-	if (!c->early)
+	/* An early one's owner and cookie were set before its news went
+	 * out: the application may be destroying it now (release waits for
+	 * cm_lock), or have set a cookie of its own. */
+	if (!c->early) {
 		c->qp->owner = &c->qp_owner;
+		rig_qp_set_cookie(&c->qp->pub, cookie);
+	}
 	c->gone.what = (struct rig_ready){ &c->qp->pub, RIG_SEND, RIG_NEWS_GONE, 0, cookie };
 	/* A peer that gave its MTU ("rig2") is a rig that takes liveness
 	 * probes (rig(7) LIVENESS); one of rig 0.2 would refuse them. */
@@ -470,6 +473,7 @@ void conn_hand_early(struct conn *c)
 	 * how many may wait for it. */
 	c->deadline = INT64_MAX / 2;
 	c->qp->owner = &c->qp_owner;
+	rig_qp_set_cookie(&c->qp->pub, cookie);
 	c->gone.what = (struct rig_ready){ &c->qp->pub, RIG_SEND, RIG_NEWS_GONE, 0, cookie };
 	c->up.what = (struct rig_ready){ &c->qp->pub, RIG_SEND,
 					 c->accepting ? RIG_NEWS_ACCEPTED : RIG_NEWS_DIALED,

@@ -365,6 +365,10 @@ struct rig__qp {
 	uint64_t slept[2];
 	uint64_t completed[2];
 	uint64_t async_events;
+	/* The application's (rig_qp_set_cookie), handed out with every
+	 * piece of the loop's news of it; atomic: the loop's thread reads
+	 * it, the owner's writes it. */
+	uint64_t cookie;
 	/* rig_qp_close was called (set atomically by the owner's thread):
 	 * the loop lists and hands out no news of it any more. */
 	bool closing;

@@ -684,6 +684,10 @@ RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, i
 			continue;
 		}
 		ready[i] = n->what;
+		/* A queue pair's news carries its cookie as it is now. */
+		if (n->what.news == RIG_NEWS_RING || n->what.news == RIG_NEWS_GONE)
+			ready[i].cookie = __atomic_load_n(&rig__qp(n->what.qp)->cookie,
+							   __ATOMIC_RELAXED);
 		if (n->what.news == RIG_NEWS_RING)
 			arm(rig__qp(n->what.qp), n->what.side);
 		if (n->handed)

@@ -517,3 +517,17 @@ RIG_EXPORT __cold int rig_qp_close(struct rig_qp *pub, uint64_t cookie)
 		close_work(&k->job);
 	return 0;
 }
+
+RIG_EXPORT int rig_qp_set_cookie(struct rig_qp *pub, uint64_t cookie)
+{
+	if (!pub)
+		return rig__fail(EINVAL, "rig_qp_set_cookie: NULL queue pair");
+	__atomic_store_n(&rig__qp(pub)->cookie, cookie, __ATOMIC_RELAXED);
+	return 0;
+}
+
+RIG_EXPORT uint64_t rig_qp_cookie(const struct rig_qp *pub)
+{
+	return pub ? __atomic_load_n(&container_of(pub, const struct rig__qp, pub)->cookie,
+				     __ATOMIC_RELAXED) : 0;
+}

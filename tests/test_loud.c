@@ -218,3 +218,75 @@ Test(loud, a_listener_on_the_wildcard_takes_its_nics_connections, .timeout = 120
 	cr_assert_eq(rig_loop_close(server), 0, "%s", rig_errmsg());
 	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
 }
+
+/* Runs @loop until it hands out @news of @qp; returns that news. */
+static struct rig_ready await_news_of(struct rig_loop *loop, struct rig_qp *qp,
+				      enum rig_news news)
+{
+	struct rig_ready ready[8];
+	struct rig_completion c;
+	double end = t_now_ms() + 30000;
+	int n, i;
+
+	for (;;) {
+		cr_assert_lt(t_now_ms(), end, "no news %d of the queue pair in 30 s", (int)news);
+		n = rig_loop_handle(loop, ready, 8);
+		cr_assert_geq(n, 0, "rig_loop_handle: %d %s", n, rig_errmsg());
+		for (i = 0; i < n; i++) {
+			if (ready[i].news == RIG_NEWS_RING)
+				while (rig_qp_poll(ready[i].qp, ready[i].side, &c) == 1)
+					;
+			if (ready[i].qp == qp && ready[i].news == news)
+				return ready[i];
+		}
+		poll(NULL, 0, 2);
+	}
+}
+
+/*
+ * A queue pair's cookie (rig_qp_set_cookie(3)): a connection's starts as
+ * its dial's or listener's, and the loop hands back the one set last with
+ * each piece of news of the queue pair, so that a server finds its state
+ * of the connection from the news alone.
+ */
+Test(loud, a_queue_pairs_cookie_comes_back_with_its_news, .timeout = 120)
+{
+	struct rig_nic *nic = t_nic_open(t_other_dev());
+	struct rig_loop *server, *client;
+	struct rig_qp *accepted, *dialed;
+	struct rig_listener *l;
+	struct rig_ready r;
+	struct t_buf tx, rx;
+
+	cr_assert_eq(rig_loop_open(nic, &server), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_open(nic, &client), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_listen(server, t_other_ip(), 7392, 0x11, &l), 0, "%s",
+		     rig_errmsg());
+	cr_assert_eq(rig_loop_dial(client, t_other_ip(), 7392, 20000000, 0x21), 0, "%s",
+		     rig_errmsg());
+	accepted = await_conn(server, RIG_NEWS_ACCEPTED, 0x11, client);
+	dialed = await_conn(client, RIG_NEWS_DIALED, 0x21, server);
+	cr_assert_eq(rig_qp_cookie(accepted), 0x11, "the listener's cookie");
+	cr_assert_eq(rig_qp_cookie(dialed), 0x21, "the dial's cookie");
+	cr_assert_eq(rig_qp_set_cookie(accepted, 0xc0ffee), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_cookie(accepted), 0xc0ffee);
+	cr_assert_eq(rig_qp_set_cookie(NULL, 1), -EINVAL);
+	cr_assert_eq(rig_qp_cookie(NULL), 0);
+
+	t_buf(&tx, nic, 64, 5);
+	t_buf(&rx, nic, 64, 6);
+	cr_assert_eq(rig_qp_receive(accepted, rx.r, 0, 64), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_send(dialed, tx.r, 0, 32), 0, "%s", rig_errmsg());
+	r = await_news_of(server, accepted, RIG_NEWS_RING);
+	cr_assert_eq(r.cookie, 0xc0ffee, "the ring's news carries cookie %#llx",
+		     (unsigned long long)r.cookie);
+	/* The peer leaves: the end of the connection carries it too. */
+	cr_assert_eq(rig_qp_destroy(dialed), 0, "%s", rig_errmsg());
+	r = await_news_of(server, accepted, RIG_NEWS_GONE);
+	cr_assert_eq(r.cookie, 0xc0ffee, "the connection's end carries cookie %#llx",
+		     (unsigned long long)r.cookie);
+	cr_assert_eq(rig_listener_close(l), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_close(client), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_loop_close(server), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
+}

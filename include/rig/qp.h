@@ -147,6 +147,19 @@ struct rig_qp_peer {
  */
 int rig_qp_peer(const struct rig_qp *qp, struct rig_qp_peer *p);
 
+/**
+ * rig_qp_set_cookie - the application's own value for @qp
+ *
+ * The loop hands it back in @cookie of each piece of news of @qp
+ * (RIG_NEWS_RING, RIG_NEWS_GONE), as libuv's handles carry their data, so
+ * that a server finds a connection's state without a table of its own. A
+ * connection's starts as its dial's or its listener's cookie, set before
+ * the news that hands it out; any other queue pair's at 0. Returns 0, or
+ * -EINVAL when @qp is NULL; rig_qp_cookie() returns it (0 for NULL).
+ */
+int rig_qp_set_cookie(struct rig_qp *qp, uint64_t cookie);
+uint64_t rig_qp_cookie(const struct rig_qp *qp);
+
 /* One entry of a batch post. */
 struct rig_post {
 	const struct rig_region *region;
