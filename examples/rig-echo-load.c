@@ -109,7 +109,6 @@
 #define EL_THREADS_MAX 64
 #define EL_READY 64
 #define EL_URING_ENTRIES 64
-#define EL_BUCKETS 256
 #define EL_DIAL_US 30000000	/* a busy emulated guest connects slowly */
 #define EL_REDIAL_MS 20		/* the first pause after a refused dial */
 #define EL_REDIAL_MAX_MS 1000	/* doubling up to this */
@@ -143,7 +142,6 @@ struct el_opts {
 };
 
 struct el_conn {
-	struct el_conn *next;		/* in its hash bucket */
 	unsigned int idx;
 	uint64_t id;			/* (pid, idx): what the pattern is drawn from */
 	struct rig_qp *qp;
@@ -200,7 +198,6 @@ struct el_thread {
 	struct signalfd_siginfo siginfo;	/* this thread's read of the signalfd */
 	struct el_conn **conn;		/* the thread's connections */
 	unsigned int nconns, ended;
-	struct el_conn *bucket[EL_BUCKETS];
 	uint8_t *want;			/* scratch: the expected reply */
 	uint64_t *lat;			/* half round trips, ns */
 	struct el_span *spans;		/* -l: el_stalled's scratch */
@@ -265,15 +262,6 @@ static void el_pattern(uint8_t *p, size_t n, uint64_t id, uint32_t seq)
 	}
 }
 
-static unsigned int el_hash(const struct rig_qp *qp)
-{
-	uint64_t x = (uintptr_t)qp;
-
-	x ^= x >> 17;
-	x *= 0x9e3779b97f4a7c15ull;
-	return (unsigned int)(x >> 40) % EL_BUCKETS;
-}
-
 /* A free SQE, flushing the queue to the kernel if it is full. */
 static struct io_uring_sqe *el_sqe(struct el_thread *t, uint64_t data)
 {
@@ -291,14 +279,16 @@ static struct io_uring_sqe *el_sqe(struct el_thread *t, uint64_t data)
 	return sqe;
 }
 
-static struct el_conn *el_find(struct el_thread *t, const struct rig_qp *qp)
+/* The connection of a piece of news: the dial's cookie is the
+ * connection's index, and its queue pair keeps it as its own cookie, so
+ * every piece of news of the queue pair carries it too. NULL if unknown. */
+static struct el_conn *el_of(struct el_thread *t, uint64_t cookie)
 {
-	struct el_conn *c;
+	struct el_load *l = t->l;
 
-	for (c = t->bucket[el_hash(qp)]; c; c = c->next)
-		if (c->qp == qp)
-			return c;
-	return NULL;
+	if (cookie >= l->o.conns || cookie % l->o.threads != t->idx)
+		return NULL;
+	return t->conn[cookie / l->o.threads];
 }
 
 /* Ends @c: for good when it failed (the exit status says so). */
@@ -409,8 +399,7 @@ static void el_on_dialed(struct el_thread *t, const struct rig_ready *r)
 	struct el_conn *c;
 	int ret;
 
-	if (r->cookie >= l->o.conns || r->cookie % l->o.threads != t->idx ||
-	    !(c = t->conn[r->cookie / l->o.threads])) {
+	if (!(c = el_of(t, r->cookie))) {
 		fprintf(stderr, "a dial's outcome with an unknown cookie %llu\n",
 			(unsigned long long)r->cookie);
 		return;
@@ -426,8 +415,6 @@ static void el_on_dialed(struct el_thread *t, const struct rig_ready *r)
 		return;
 	}
 	c->qp = r->qp;
-	c->next = t->bucket[el_hash(c->qp)];
-	t->bucket[el_hash(c->qp)] = c;
 	ret = rig_region_register(l->nic, c->buf, 2 * l->o.size, &c->region);
 	if (ret) {
 		el_conn_fail(t, c, "rig_region_register: %s (%s)",
@@ -910,12 +897,8 @@ static void el_poll(struct el_thread *t, struct el_conn *c, enum rig_side side)
  */
 static void el_on_dropped(struct el_thread *t, struct el_conn *c, int result)
 {
-	struct el_conn **p = &t->bucket[el_hash(c->qp)];
 	int ret;
 
-	while (*p != c)
-		p = &(*p)->next;
-	*p = c->next;
 	ret = rig_qp_destroy(c->qp);
 	c->qp = NULL;
 	c->reply_end = 0;
@@ -943,8 +926,8 @@ static void el_on_news(struct el_thread *t, const struct rig_ready *r)
 		el_on_dialed(t, r);
 		return;
 	}
-	c = el_find(t, r->qp);
-	if (!c) {
+	c = el_of(t, r->cookie);
+	if (!c || c->qp != r->qp) {
 		fprintf(stderr, "news %d for an unknown queue pair\n", r->news);
 		return;
 	}

@@ -121,7 +121,6 @@
 #define EC_RECVS_MAX 1024
 #define EC_READY 64		/* news taken per rig_uring_handle() */
 #define EC_URING_ENTRIES 64
-#define EC_BUCKETS 1024		/* of each thread's queue pair -> client map */
 
 /* user_data of the SQEs: what completed */
 enum ec_kind { EC_RIG = 1, EC_STOP, EC_SIGNAL, EC_TICK };
@@ -139,7 +138,9 @@ struct ec_opts {
 
 /* One client: its queue pair, its region and what is in flight. */
 struct ec_conn {
-	struct ec_conn *next;		/* in its hash bucket */
+	/* in its thread's list; the loop's news of its queue pair carries
+	 * it as the queue pair's cookie (rig_qp_set_cookie) */
+	struct ec_conn *next, **prev;
 	struct ec_conn *next_doomed;
 	struct rig_qp *qp;
 	struct rig_region *region;
@@ -170,7 +171,7 @@ struct ec_thread {
 	bool ring_up;
 	bool stop;
 	int status;
-	struct ec_conn *bucket[EC_BUCKETS];
+	struct ec_conn *conns;
 	struct ec_conn *doomed;
 	unsigned long long accepted, gone, msgs, bytes;
 };
@@ -339,32 +340,20 @@ static void ec_stop_all(struct ec_server *s)
 
 /* ---- clients ----------------------------------------------------------- */
 
-static unsigned int ec_hash(const struct rig_qp *qp)
+static void ec_link(struct ec_thread *t, struct ec_conn *c)
 {
-	uint64_t x = (uintptr_t)qp;
-
-	x ^= x >> 17;
-	x *= 0x9e3779b97f4a7c15ull;
-	return (unsigned int)(x >> 40) % EC_BUCKETS;
+	c->next = t->conns;
+	c->prev = &t->conns;
+	if (t->conns)
+		t->conns->prev = &c->next;
+	t->conns = c;
 }
 
-static struct ec_conn *ec_find(struct ec_thread *t, const struct rig_qp *qp)
+static void ec_unlink(struct ec_conn *c)
 {
-	struct ec_conn *c;
-
-	for (c = t->bucket[ec_hash(qp)]; c; c = c->next)
-		if (c->qp == qp)
-			return c;
-	return NULL;
-}
-
-static void ec_unlink(struct ec_thread *t, struct ec_conn *c)
-{
-	struct ec_conn **p = &t->bucket[ec_hash(c->qp)];
-
-	while (*p != c)
-		p = &(*p)->next;
-	*p = c->next;
+	*c->prev = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
 }
 
 static size_t ec_slot_at(const struct ec_server *s, uint32_t slot)
@@ -455,8 +444,9 @@ static void ec_accept(struct ec_thread *t, struct rig_qp *qp)
 			goto refuse;
 		}
 	}
-	c->next = t->bucket[ec_hash(qp)];
-	t->bucket[ec_hash(qp)] = c;
+	/* The loop hands @c back with each piece of news of its queue pair. */
+	rig_qp_set_cookie(qp, (uintptr_t)c);
+	ec_link(t, c);
 	t->accepted++;
 	atomic_fetch_add(&s->clients, 1);
 	if (s->o.verbose)
@@ -530,7 +520,7 @@ static void ec_closed(struct ec_thread *t, struct ec_conn *c)
 {
 	struct ec_server *s = t->s;
 
-	ec_unlink(t, c);
+	ec_unlink(c);
 	ec_free(c);
 	t->gone++;
 	/* due first: whoever sees no client sees the trim due */
@@ -638,8 +628,8 @@ static void ec_on_news(struct ec_thread *t, const struct rig_ready *r)
 		ec_closed(t, c);
 		return;
 	}
-	c = ec_find(t, r->qp);
-	if (!c) {
+	c = (struct ec_conn *)(uintptr_t)r->cookie;
+	if (!c || c->qp != r->qp) {
 		fprintf(stderr, "news %d for a queue pair the server does not have\n",
 			r->news);
 		return;
@@ -795,28 +785,26 @@ static int ec_thread_setup(struct ec_thread *t)
 static int ec_thread_teardown(struct ec_thread *t)
 {
 	struct ec_conn *c, *closing = NULL;
-	unsigned int i;
 	int ret, status = 0;
 
 	/* first what is in flight in the ring: the poll on the loop's fd */
 	if (t->ring_up)
 		io_uring_queue_exit(&t->ring);
-	for (i = 0; i < EC_BUCKETS; i++)
-		while ((c = t->bucket[i])) {
-			t->bucket[i] = c->next;
-			if (c->closing) {
-				/* the NIC may write its memory until the
-				 * loop has ended its close */
-				c->next = closing;
-				closing = c;
-				continue;
-			}
-			ret = rig_qp_destroy(c->qp);
-			if (ret)
-				status = ec_fail("rig_qp_destroy", ret);
-			ec_free(c);
-			atomic_fetch_sub(&t->s->clients, 1);
+	while ((c = t->conns)) {
+		ec_unlink(c);
+		if (c->closing) {
+			/* the NIC may write its memory until the loop has
+			 * ended its close */
+			c->next = closing;
+			closing = c;
+			continue;
 		}
+		ret = rig_qp_destroy(c->qp);
+		if (ret)
+			status = ec_fail("rig_qp_destroy", ret);
+		ec_free(c);
+		atomic_fetch_sub(&t->s->clients, 1);
+	}
 	/* The other threads' loops may still turn: the close is theirs to
 	 * finish, each on its next turn; a loop that closes first leaves
 	 * the listener. */
