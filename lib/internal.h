@@ -90,6 +90,44 @@ struct rig__handles {
 #define RIG_PROBES_OUT 1
 #define RIG__QUEUE_DEPTH (RIG_RING_ENTRIES + RIG_PROBES_OUT)
 
+/* Soft-RoCE's vendor id (the kernel's RXE_VENDOR_ID). */
+#define RIG_RXE_VENDOR_ID 0xffffff
+/* The vendor ids mlx5 (Mellanox's OUI) and bnxt_re (Broadcom's PCI id) report. */
+#define RIG_MLX5_VENDOR_ID 0x02c9
+#define RIG_BNXT_RE_VENDOR_ID 0x14e4
+
+/*
+ * pinned.c: what one queue pair pins, from its provider's own sizing.
+ * The depths and sizes it asks: ibv_qp_init_attr's cap (max_send_wr,
+ * max_recv_wr, max_send_sge, max_recv_sge, max_inline_data) and the cqe
+ * of ibv_create_cq for its send and its receive CQ.
+ */
+struct rig__qp_depths {
+	uint32_t send_wr, recv_wr;
+	uint32_t send_cqe, recv_cqe;
+	uint32_t send_sge, recv_sge, inline_data;
+};
+enum rig__pin_provider { RIG__PIN_MLX5, RIG__PIN_BNXT_RE };
+/* The stack whose sizing applies; the flags are bnxt_re's (pinned.c). */
+struct rig__pin_stack {
+	enum rig__pin_provider provider;
+	bool pow2;		/* kernel < 6.8 or rdma-core < 50: depths rounded up */
+	bool cq_double;		/* rdma-core >= 51: a CQ of twice the CQEs */
+	bool msn;		/* a host MSN table (GenP7) */
+	uint32_t page;		/* the kernel's page size */
+};
+/* The bytes pinned under stack @s: a pure function. */
+int64_t rig__pinned(const struct rig__qp_depths *d, const struct rig__pin_stack *s);
+/* The largest over every stack a kernel of @release (uname -r) may run
+ * under: pure too. */
+int64_t rig__pinned_bound(enum rig__pin_provider provider, const struct rig__qp_depths *d,
+			  const char *release, uint32_t page);
+/* A queue pair of rig (one gather and one scatter entry, no inline
+ * data) with these depths on a NIC of @vendor_id, on the running kernel:
+ * rig_nic_qp_pinned(3)'s figure. */
+int64_t rig__qp_pinned(uint32_t vendor_id, uint32_t send_wr, uint32_t recv_wr,
+		       uint32_t send_cqe, uint32_t recv_cqe);
+
 struct rig_nic {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;

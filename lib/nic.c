@@ -16,55 +16,17 @@
 
 #include "internal.h"
 
-/* Soft-RoCE's vendor id (the kernel's RXE_VENDOR_ID). */
-#define RIG_RXE_VENDOR_ID 0xffffff
-/* The vendor ids mlx5 (Mellanox's OUI) and bnxt_re (Broadcom's PCI id) report. */
-#define RIG_MLX5_VENDOR_ID 0x02c9
-#define RIG_BNXT_RE_VENDOR_ID 0x14e4
-
 /*
- * What one queue pair of rig pins: its send queue of RIG_RING_ENTRIES + 1
- * (4096: the ring's and a liveness probe's, qp.c) and receive queue of
- * RIG_RING_ENTRIES (4095), its send CQ of 4096 and receive CQ of 4095, as
- * the provider sizes them (rdma-core), counted by the kernel against
- * RLIMIT_MEMLOCK (ib_umem_get). An estimate, rounded up; rig(7) M1.
- *
- * bnxt_re (providers/bnxt_re/verbs.c, static WQE mode): the send queue is
- * 4096 + 1 entries plus its full-queue delta (128), rounded up to 8192
- * slots of 128 bytes (1 MiB) with a PSN table of 8192 entries of up to 16
- * bytes after it (bnxt_re_get_sqmem_size); the receive queue 4096
- * entries of 128 bytes (bnxt_re_get_rqmem_size); a CQ of n CQEs is
- * roundup_pow_of_two(n + 1) of up to 64 bytes (bnxt_re_alloc_cqslab):
- * 8192 for the send CQ, 4096 for the receive CQ. 2432 KiB.
- *
- * mlx5 (providers/mlx5/verbs.c): an RC send WQE is 256 bytes (the
- * memory-window overhead, 192, and one data segment, aligned to 64), so
- * the send queue is 4096 of them rounded up to a power of two, 1 MiB
- * (mlx5_calc_sq_size); the receive queue 4096 16-byte entries; a CQ of n
- * CQEs is roundup_pow_of_two(n + 1) CQEs of 64 bytes (mlx5_create_cq):
- * 8192 and 4096. 1856 KiB.
- *
- * Soft-RoCE maps queues the kernel allocated and pins none. Other
- * hardware: bnxt_re's figure, the largest known.
+ * rig's queue pair (qp.c): a send queue and send CQ of RIG__QUEUE_DEPTH,
+ * a receive queue and receive CQ of RIG_RING_ENTRIES; pinned.c says what
+ * each provider pins for them.
  */
-static int64_t qp_pinned(uint32_t vendor_id)
-{
-	switch (vendor_id) {
-	case RIG_RXE_VENDOR_ID:
-		return 0;
-	case RIG_MLX5_VENDOR_ID:
-		return (1024 + 64 + 512 + 256) * 1024;
-	case RIG_BNXT_RE_VENDOR_ID:
-	default:
-		return (1024 + 128 + 512 + 512 + 256) * 1024;
-	}
-}
-
 RIG_EXPORT int64_t rig_nic_qp_pinned(const struct rig_nic *nic)
 {
 	if (!nic)
 		return rig__fail(EINVAL, "rig_nic_qp_pinned: NULL argument");
-	return qp_pinned(nic->vendor_id);
+	return rig__qp_pinned(nic->vendor_id, RIG__QUEUE_DEPTH, RIG_RING_ENTRIES,
+			      RIG__QUEUE_DEPTH, RIG_RING_ENTRIES);
 }
 
 /*

@@ -86,9 +86,10 @@ static int make_refused(int err, struct rig_nic *nic, const char *step)
  * - mlx5 (providers/mlx5/verbs.c, mlx5_calc_sq_size): the queue's bytes,
  *   max_send_wr times the WQE's size (256 for this RC queue pair), rounded
  *   up to a power of two: 4095 x 256 and 4096 x 256 both give 1 MiB.
- * - The send CQ does cost: both providers allocate roundup_pow_of_two(
- *   cqe + 1) CQEs (bnxt_re_alloc_cqslab, mlx5_create_cq), 8192 rather
- *   than 4096, 256 KiB more pinned (nic.c, rig_nic_qp_pinned).
+ * - The send CQ does cost: mlx5 allocates roundup_pow_of_two(cqe + 1)
+ *   CQEs (create_cq), 8192 rather than 4096, 256 KiB more pinned;
+ *   bnxt_re, where its kernel and library round too, as much or half
+ *   (pinned.c says by which stack).
  * - Soft-RoCE (the kernel's rxe_queue_init) gives roundup_pow_of_two(
  *   n + 1) slots to the send queue and the send CQ alike: both double,
  *   and a queue pair's kernel memory goes from 2.2 to 3.8 MiB (rig(7)
