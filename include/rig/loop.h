@@ -223,7 +223,9 @@ int rig_uring_watch(struct io_uring *ring, struct rig_loop *loop,
  * rig_uring_handle - handle a CQE tagged with @loop's user_data
  *
  * Re-queues the multishot poll if @cqe says it ended, then does what
- * rig_loop_handle() does. A @cqe whose res is negative ends the watch:
+ * rig_loop_handle() does. It submits nothing: with no SQE free for the
+ * poll it returns -EBUSY and the loop is no longer watched (submit, then
+ * rig_uring_watch() again; no news is lost). A @cqe whose res is negative ends the watch:
  * nothing is queued, and its res is returned (-ECANCELED when the
  * application cancelled the poll); news waits for the next watch.
  * Returns the count filled, or -errno.
