@@ -134,6 +134,7 @@ struct rig_nic {
 	char name[IBV_SYSFS_NAME_MAX];
 	uint8_t port;
 	uint8_t mac[6];
+	uint32_t ifindex;		/* the netdev under the port's GID */
 	uint32_t gid_index;
 	union ibv_gid gid;
 	uint32_t msg_max;		/* min(2^31, max_msg_sz) */
@@ -295,6 +296,10 @@ struct rig_loop {
 	 * by events.c when the timer fires, on the loop's thread, with no
 	 * lock held. */
 	int64_t live_ns, live_next, cm_deadline;
+	/* What the timer is set for now (0: disarmed, -1: it fired and
+	 * was read, or was never set), under cm_lock: a deadline that did
+	 * not change costs no system call (events.c). */
+	int64_t timer_at;
 	pthread_mutex_t live_lock;
 	struct rig__list live;
 	void (*live_tick)(struct rig_loop *loop);

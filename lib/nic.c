@@ -223,6 +223,7 @@ static int nic_init(struct rig_nic *nic, struct ibv_device *dev)
 	nic->port = gid.port_num;
 	nic->gid_index = gid.gid_index;
 	nic->gid = gid.gid;
+	nic->ifindex = gid.ndev_ifindex;
 	read_mac(gid.ndev_ifindex, nic->mac);
 	msg_max = pattr.max_msg_sz < RIG_MESSAGE_MAX ? pattr.max_msg_sz
 						       : RIG_MESSAGE_MAX;

@@ -164,23 +164,19 @@ uint8_t route_mtu(const struct conn *c, enum ibv_mtu active)
 	return mtu_min(mtu, c->path_mtu);
 }
 
-/* The MTU (enum ibv_mtu) of the netdev under GID @sgid_index of @nic's
- * port, less RoCE v2's headers and trailer (rdma_cm's own sum: GRH, UDP,
- * BTH, the longest extended header, ICRC: 96 bytes); 0 when it cannot be
- * read. */
-static uint8_t netdev_mtu(const struct rig_nic *nic, uint32_t sgid_index)
+/* The MTU (enum ibv_mtu) of netdev @ifindex, less RoCE v2's headers and
+ * trailer (rdma_cm's own sum: GRH, UDP, BTH, the longest extended header,
+ * ICRC: 96 bytes); 0 when it cannot be read. */
+static uint8_t netdev_mtu(uint32_t ifindex)
 {
-	struct ibv_gid_entry e;
 	struct ifreq ifr;
 	int fd, bytes = 0, m;
 
-	if (ibv_query_gid_ex(nic->ctx, nic->port, sgid_index, &e, 0) || !e.ndev_ifindex)
-		return 0;
 	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return 0;
 	memset(&ifr, 0, sizeof(ifr));
-	ifr.ifr_ifindex = (int)e.ndev_ifindex;
+	ifr.ifr_ifindex = (int)ifindex;
 	if (!ioctl(fd, SIOCGIFNAME, &ifr) && !ioctl(fd, SIOCGIFMTU, &ifr))
 		bytes = ifr.ifr_mtu;
 	close(fd);
@@ -201,7 +197,7 @@ int route_resolved(struct conn *c, struct rig__route *r)
 {
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_RTR };
 	struct rig_nic *nic = c->loop->nic;
-	union ibv_gid gid;
+	struct ibv_gid_entry gid;
 	int mask = 0;
 
 	if (rdma_init_qp_attr(c->id, &attr, &mask))
@@ -211,17 +207,18 @@ int route_resolved(struct conn *c, struct rig__route *r)
 		return rig__fail(EPROTO, "%s: rdma_cm resolved no global route", step_name(c));
 	/* The endpoint we sent names our address's GID; the packets must
 	 * come from it. */
-	if (ibv_query_gid(nic->ctx, nic->port, attr.ah_attr.grh.sgid_index, &gid) ||
-	    memcmp(gid.raw, c->qp->self.gid, 16))
+	if (ibv_query_gid_ex(nic->ctx, nic->port, attr.ah_attr.grh.sgid_index, &gid, 0) ||
+	    memcmp(gid.gid.raw, c->qp->self.gid, 16))
 		return rig__fail(EPROTO, "%s: rdma_cm's source GID (index %u of %s port %u) "
 				 "is not the GID of the connection's address",
 				 step_name(c), attr.ah_attr.grh.sgid_index, nic->name, nic->port);
 	/* What the route carries on our side: what rdma_cm set, which is
 	 * the dialer's netdev's; a listener reads its own netdev's, under
-	 * the source GID. */
+	 * the source GID, when it is not the port's (a VLAN on it): the
+	 * port's MTU is that one's already. */
 	c->path_mtu = (mask & IBV_QP_PATH_MTU) ? (uint8_t)attr.path_mtu : 0;
-	if (c->accepting)
-		c->path_mtu = mtu_min(c->path_mtu, netdev_mtu(nic, attr.ah_attr.grh.sgid_index));
+	if (c->accepting && gid.ndev_ifindex && gid.ndev_ifindex != nic->ifindex)
+		c->path_mtu = mtu_min(c->path_mtu, netdev_mtu(gid.ndev_ifindex));
 	*r = (struct rig__route){ .sgid_index = attr.ah_attr.grh.sgid_index,
 				  .traffic_class = attr.ah_attr.grh.traffic_class,
 				  .hop_limit = attr.ah_attr.grh.hop_limit,
