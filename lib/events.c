@@ -69,6 +69,7 @@ int rig__events_open(struct rig_loop *loop)
 	loop->id = __atomic_add_fetch(&loops_made, 1, __ATOMIC_RELAXED);
 
 	loop->epfd = loop->timer_fd = loop->ready_efd = -1;
+	loop->timer_at = -1;
 	loop->channel = ibv_create_comp_channel(nic->ctx);
 	if (!loop->channel)
 		return rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_create_comp_channel");
@@ -192,6 +193,10 @@ void rig__events_timer_update(struct rig_loop *loop)
 	if (loop->live_ns && loop->live.next != &loop->live &&
 	    (!deadline_ns || loop->live_next < deadline_ns))
 		deadline_ns = loop->live_next;
+	/* Each step of a handshake sets it again, mostly to what it was. */
+	if (deadline_ns == loop->timer_at)
+		return;
+	loop->timer_at = deadline_ns;
 	its.it_value.tv_sec = deadline_ns / 1000000000;
 	its.it_value.tv_nsec = deadline_ns % 1000000000;
 	timerfd_settime(loop->timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
@@ -332,6 +337,7 @@ bool rig__events_take_cm(struct rig_loop *loop)
 	 * timer left unread keeps the loop's fd readable. */
 	if ((!more || rig__now_ns() - loop->cm_ticked >= RIG_CM_HALF_OPEN_MS * 1000000ll) &&
 	    read(loop->timer_fd, &expired, sizeof(expired)) == sizeof(expired)) {
+		loop->timer_at = -1;	/* fired: set it again, if only to the same */
 		if (loop->cm_consumer)
 			loop->cm_consumer->tick(loop);
 		loop->cm_ticked = rig__now_ns();
