@@ -184,7 +184,7 @@ struct conn {
 	bool handed;
 	/* Our private data: the answer owed, in the form the request came
 	 * in ("rig1" to a peer that gave no MTU), and its length. */
-	uint8_t priv[RIG__CM_PRIVATE_MTU];
+	uint8_t priv[RIG_CM_PRIVATE_MTU];
 	uint8_t priv_len;
 	bool established;		/* up() came: a disconnect ends it */
 	/* The accepting side's answer went: its REP waits for the RTU,

@@ -84,15 +84,16 @@ RIG_EXPORT int rig_cm_parse(const void *data, size_t len, struct rig_endpoint *e
 	return 0;
 }
 
-void rig__cm_pack_mtu(const struct rig_endpoint *e, uint8_t mtu,
-		      uint8_t out[RIG__CM_PRIVATE_MTU])
+RIG_EXPORT void rig_cm_pack_mtu(const struct rig_endpoint *e, uint8_t mtu,
+				 uint8_t out[RIG_CM_PRIVATE_MTU])
 {
 	memcpy(out, cm_tag_mtu, sizeof(cm_tag_mtu));
 	rig_endpoint_pack(e, out + sizeof(cm_tag_mtu));
-	out[RIG__CM_PRIVATE_MTU - 1] = mtu;
+	out[RIG_CM_PRIVATE_MTU - 1] = mtu;
 }
 
-int rig__cm_parse_mtu(const void *data, size_t len, struct rig_endpoint *e, uint8_t *mtu)
+RIG_EXPORT int rig_cm_parse_mtu(const void *data, size_t len, struct rig_endpoint *e,
+				uint8_t *mtu)
 {
 	const uint8_t *p = data;
 	struct rig_endpoint tmp;
@@ -107,17 +108,17 @@ int rig__cm_parse_mtu(const void *data, size_t len, struct rig_endpoint *e, uint
 		*mtu = 0;
 		return 0;
 	}
-	if (!data || !e || len < RIG__CM_PRIVATE_MTU ||
+	if (!data || !e || len < RIG_CM_PRIVATE_MTU ||
 	    memcmp(p, cm_tag_mtu, sizeof(cm_tag_mtu)))
 		return rig__fail(EPROTO, "the peer's private data is not a rig endpoint");
-	code = p[RIG__CM_PRIVATE_MTU - 1];
+	code = p[RIG_CM_PRIVATE_MTU - 1];
 	if (code < IBV_MTU_256 || code > IBV_MTU_4096)
 		return rig__fail(EPROTO, "the peer's private data gives MTU code %u, not 1 to 5",
 				 code);
-	for (i = RIG__CM_PRIVATE_MTU; i < len; i++)
+	for (i = RIG_CM_PRIVATE_MTU; i < len; i++)
 		if (p[i])
 			return rig__fail(EPROTO, "the peer's private data has %zu bytes more than a rig endpoint",
-					 len - RIG__CM_PRIVATE_MTU);
+					 len - RIG_CM_PRIVATE_MTU);
 	if (rig_endpoint_unpack(p + sizeof(cm_tag_mtu), RIG_ENDPOINT_WIRE, &tmp))
 		return rig__fail(EPROTO, "the peer's endpoint is malformed: %s", rig_errmsg());
 	*e = tmp;

@@ -201,8 +201,8 @@ static int our_param(struct conn *c, struct rdma_conn_param *param)
 		ret = ibv_query_port(nic->ctx, nic->port, &pattr);
 		if (ret)
 			return rig__fail_verbs(ret, nic, "ibv_query_port");
-		rig__cm_pack_mtu(&self, route_mtu(c, pattr.active_mtu), c->priv);
-		c->priv_len = RIG__CM_PRIVATE_MTU;
+		rig_cm_pack_mtu(&self, route_mtu(c, pattr.active_mtu), c->priv);
+		c->priv_len = RIG_CM_PRIVATE_MTU;
 	}
 	route_conn_param(param, c->priv, c->priv_len, c->qp);
 	return 0;
@@ -358,7 +358,7 @@ static void conn_step(struct conn *c, const struct cm_ev *ev)
 		 * and waits for rdma_establish. */
 		if (ev->type != RDMA_CM_EVENT_CONNECT_RESPONSE)
 			break;
-		ret = rig__cm_parse_mtu(ev->priv, ev->priv_len, &c->peer, &c->peer_mtu);
+		ret = rig_cm_parse_mtu(ev->priv, ev->priv_len, &c->peer, &c->peer_mtu);
 		if (ret) {
 			conn_fail(c, -ret);
 			return;

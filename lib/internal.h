@@ -536,18 +536,6 @@ int rig__qp_free(struct rig__qp *qp);
  * nothing of @qp; or -errno, and it stays listed for rig_nic_close. */
 int rig__qp_teardown(struct rig__qp *qp);
 
-/* endpoint.c: the private data the connections by address send (rig(7)
- * CONNECTIONS BY ADDRESS): the tag "rig2", the endpoint's wire form, then the MTU code
- * (enum ibv_mtu, 1 to 5) of the sender's port, which rig_cm_pack's form
- * has no room for. rig__cm_parse_mtu reads either form, strictly as
- * rig_cm_parse does, and sets *@mtu to the code, or to 0 for the old
- * form ("rig1": the peer gave no MTU); 0 or -EPROTO, and leaves *@e and
- * *@mtu untouched on failure. */
-#define RIG__CM_PRIVATE_MTU 35
-void rig__cm_pack_mtu(const struct rig_endpoint *e, uint8_t mtu,
-		      uint8_t out[RIG__CM_PRIVATE_MTU]);
-int rig__cm_parse_mtu(const void *data, size_t len, struct rig_endpoint *e, uint8_t *mtu);
-
 /* loop.c: queues @n for the application if it is not queued yet; runs
  * @job on the loop's helper thread (0, or -errno when no thread can take
  * it: run it yourself); rig_nic_open's and rig_nic_close's own loop. */

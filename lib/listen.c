@@ -64,7 +64,7 @@ static void accept_request(struct rig_listener *l, const struct cm_ev *ev, bool 
 	struct conn *c;
 	int ret;
 
-	ret = rig__cm_parse_mtu(ev->priv, ev->priv_len, &peer, &peer_mtu);
+	ret = rig_cm_parse_mtu(ev->priv, ev->priv_len, &peer, &peer_mtu);
 	if (!ret)
 		ret = route_same_device(loop->nic, ev->id, step);
 	/* Shed load: a flood of requests costs a reject each, not a queue

@@ -287,19 +287,35 @@ static void reap(struct rig__qp *qp, enum rig_side side)
 }
 
 /*
- * A liveness probe is a zero-length RDMA WRITE on the queue pair itself,
- * as UCX's rc transport keeps its connections alive: the peer's NIC
- * acknowledges it with no receive of the peer's taken, nothing written
- * and no completion on the peer's side. The responder checks the queue
- * pair's access flags for any write (Linux drivers/infiniband/sw/rxe/
- * rxe_resp.c, check_op_valid: an RDMA WRITE packet needs
+ * A liveness probe is a zero-length RDMA WRITE on the queue pair itself:
+ * no SGE, remote address 0, rkey 0 (rig-wire(7) LIVENESS). The peer's
+ * NIC acknowledges it with no receive of the peer's taken, nothing
+ * written and no completion on the peer's side. The responder checks the
+ * queue pair's access flags for any write (Linux drivers/infiniband/sw/
+ * rxe/rxe_resp.c, check_op_valid: an RDMA WRITE packet needs
  * IB_ACCESS_REMOTE_WRITE on the QP), so the queue pairs of connections
- * by address grant it (qp.c); a zero-length write needs no memory key
- * (the IBTA, and rxe_resp.c's check_rkey skips one of length 0), and
- * no region of rig grants remote write, so a write with bytes still
+ * by address grant it (qp.c), and a peer that speaks "rig2" must too.
+ * No region of rig grants remote write, so a write with bytes still
  * fails at the region (M4). Unanswered, it is retried as any send is,
  * and ends in -ETIMEDOUT (M3). The send queue has one request more than
  * the ring, for it (qp.c): the ring's room stays RIG_RING_ENTRIES (Q1).
+ *
+ * What it rests on: that the responder checks no rkey for a write of
+ * length 0. The IBTA says so (volume 1, compliance statement 9-88: a
+ * zero-length RDMA operation need not carry a valid address or rkey),
+ * and rxe follows it in its source (rxe_resp.c, check_rkey: a RETH of
+ * length 0 goes to execute without a key lookup); the device tests prove
+ * it on rxe. On bnxt_re and mlx5 the check is the NIC's firmware, which
+ * no provider source shows, and rig has not been run there: a NIC that
+ * checked the rkey would NAK every probe (remote access error) and fail
+ * each probed queue pair at its first idle interval. This is not what
+ * UCX does, though it too keeps rc connections alive with writes: its
+ * uct_rc_verbs_ep_post_flush writes one byte to a buffer its peer
+ * advertises, "because some adapters do not support 0-size RDMA_WRITE".
+ * Doing the same would take a wire form that carries a sink region's
+ * address and rkey, and a region of rig's that grants remote write to
+ * it; until then the probe stays as it is, and an application on such a
+ * NIC turns the probes off (rig_loop_liveness(loop, 0)).
  *
  * Only an idle send ring is probed: entries due there probe the peer
  * already, and their retries end the same way. The loop's thread reads

@@ -44,7 +44,7 @@ done
 lib='usr/lib/[^/]+-linux-gnu[^/]*'
 has librig0 "$lib/librig\.so\.0" "$lib/librig\.so\.0\.[0-9.]+"
 has librig-dev usr/include/rig/rig.h usr/include/rig/qp.h "$lib/librig\.so" \
-	"$lib/pkgconfig/rig\.pc" usr/share/man/man7/rig\.7\.gz \
+	"$lib/pkgconfig/rig\.pc" usr/share/man/man7/rig\.7\.gz usr/share/man/man7/rig-wire\.7\.gz \
 	usr/share/man/man3/rig_qp_poll\.3\.gz usr/share/man/man3/rig_nic_query\.3\.gz \
 	usr/share/man/man3/rig_qp_stats\.3\.gz usr/share/man/man3/rig_set_log\.3\.gz
 has rig-utils usr/bin/rig-info usr/bin/rig-pingpong usr/share/man/man1/rig-info\.1\.gz \

@@ -107,7 +107,7 @@ fi
 
 # The man pages: every page and every alias, and each alias's target.
 n=0
-for md in "$top"/man/*.3.md "$top"/man/rig.7.md; do
+for md in "$top"/man/*.3.md "$top"/man/*.7.md; do
 	page=$(basename "$md" .md)
 	sect=${page##*.}
 	if [ ! -s "$dest$mandir/man$sect/$page" ]; then

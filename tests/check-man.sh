@@ -5,7 +5,9 @@
 # page, man/NAME.3.md, or an alias of one in man/aliases. Every alias
 # points at a page. Every page has NAME, SYNOPSIS, DESCRIPTION, RETURN
 # VALUE, ERRORS, RULES (the rig(7) tags it keeps) and SEE ALSO, and is one
-# the build installs (RIG_MAN_PAGES, the Makefile's dist_man_MANS). rig(7)'s
+# the build installs (RIG_MAN_PAGES, the Makefile's dist_man_MANS); so are
+# the pages of section 7, rig(7) and rig-wire(7), with NAME, SYNOPSIS,
+# DESCRIPTION and SEE ALSO. rig(7)'s
 # first program is examples/rig-hello.c.
 set -e
 top=${top_srcdir:-.}
@@ -48,12 +50,12 @@ done <"$tmp/names"
 
 # Each page: its front matter names it, the sections are there, and the
 # build installs it.
-for p in $(cat "$tmp/pages") rig; do
-	case $p in rig) f=$man/rig.7.md; roff=man/rig.7 ;; *) f=$man/$p.3.md; roff=man/$p.3 ;; esac
+for p in $(cat "$tmp/pages") rig rig-wire; do
+	case $p in rig | rig-*) f=$man/$p.7.md; roff=man/$p.7 ;; *) f=$man/$p.3.md; roff=man/$p.3 ;; esac
 	for s in NAME SYNOPSIS DESCRIPTION 'SEE ALSO'; do
 		grep -qx "# $s" "$f" || { echo "FAIL: $f has no $s section"; status=1; }
 	done
-	if [ "$p" != rig ]; then
+	if [ "$f" = "$man/$p.3.md" ]; then
 		for s in 'RETURN VALUE' ERRORS RULES; do
 			grep -qx "# $s" "$f" || { echo "FAIL: $f has no $s section"; status=1; }
 		done

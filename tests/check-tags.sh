@@ -38,13 +38,14 @@ if [ -n "$dups" ]; then
 fi
 letters=CDFMPQT$(cut -c1 "$tmp/defs" | sort -u | tr -d '\n')
 
-# The sources: README, the page itself, the other man pages, and the
+# The sources: README, the page itself, the other man pages (rig-wire(7)
+# too), and the
 # text files of include/, lib/, tests/, examples/ (by name, or scripts
 # by their "#!").
 {
 	echo "$top/README"
 	echo "$page"
-	find "$top/man" -name '*.3.md'
+	find "$top/man" -name '*.[0-9].md' ! -name rig.7.md
 	find "$top/include" "$top/lib" "$top/tests" "$top/examples" \
 		-name '.*' -prune -o -type f -print
 } | sort | while IFS= read -r f; do

@@ -2,7 +2,7 @@
 /*
  * libFuzzer target for the parsers of untrusted bytes: rig_cm_parse (a
  * peer's rdma_cm private data: "rig1", the endpoint's 30-byte wire form,
- * zero padding), rig__cm_parse_mtu (the connections' own form, "rig2",
+ * zero padding), rig_cm_parse_mtu (the connections' own form, "rig2",
  * the wire form, an MTU code 1 to 5, zero padding; or rig_cm_parse's, as
  * code 0) and rig_endpoint_unpack (the wire form alone).
  *
@@ -28,7 +28,7 @@
 #include <rig/endpoint.h>
 #include <rig/nic.h>
 
-#include "internal.h"	/* rig__cm_parse_mtu: lib/endpoint.c is built in */
+/* lib/endpoint.c and lib/errmsg.c are built in (tests/fuzz) */
 
 #define CANARY 0xa5
 #define MAX24 0xffffffu
@@ -75,11 +75,11 @@ static int ref_cm_mtu_ok(const uint8_t *p, size_t len)
 {
 	size_t i;
 
-	if (len < RIG__CM_PRIVATE_MTU || memcmp(p, "rig2", 4))
+	if (len < RIG_CM_PRIVATE_MTU || memcmp(p, "rig2", 4))
 		return 0;
 	if (p[34] < 1 || p[34] > 5)
 		return 0;
-	for (i = RIG__CM_PRIVATE_MTU; i < len; i++)
+	for (i = RIG_CM_PRIVATE_MTU; i < len; i++)
 		if (p[i])
 			return 0;
 	return ref_endpoint_ok(p + 4, RIG_ENDPOINT_WIRE);
@@ -136,16 +136,16 @@ static void fuzz_cm(const uint8_t *data, size_t size)
 static void fuzz_cm_mtu(const uint8_t *data, size_t size)
 {
 	struct rig_endpoint e;
-	uint8_t out[RIG__CM_PRIVATE_MTU], mtu = CANARY;
+	uint8_t out[RIG_CM_PRIVATE_MTU], mtu = CANARY;
 	int ret, old = ref_cm_ok(data, size), want = old || ref_cm_mtu_ok(data, size);
 
 	fill_canary(&e);
-	ret = rig__cm_parse_mtu(data, size, &e, &mtu);
-	CHECK(ret == 0 || ret == -EPROTO, "rig__cm_parse_mtu returned %d", ret);
-	CHECK((ret == 0) == want, "rig__cm_parse_mtu returned %d on %zu bytes, the reference %s them",
+	ret = rig_cm_parse_mtu(data, size, &e, &mtu);
+	CHECK(ret == 0 || ret == -EPROTO, "rig_cm_parse_mtu returned %d", ret);
+	CHECK((ret == 0) == want, "rig_cm_parse_mtu returned %d on %zu bytes, the reference %s them",
 	      ret, size, want ? "accepts" : "rejects");
 	if (ret) {
-		CHECK(is_canary(&e) && mtu == CANARY, "rig__cm_parse_mtu failed but wrote its output");
+		CHECK(is_canary(&e) && mtu == CANARY, "rig_cm_parse_mtu failed but wrote its output");
 		check_errmsg();
 		return;
 	}
@@ -157,8 +157,8 @@ static void fuzz_cm_mtu(const uint8_t *data, size_t size)
 	}
 	CHECK(mtu >= 1 && mtu <= 5, "MTU code %u", mtu);
 	memset(out, 0, sizeof(out));
-	rig__cm_pack_mtu(&e, mtu, out);
-	CHECK(!memcmp(out, data, RIG__CM_PRIVATE_MTU), "rig__cm_pack_mtu does not give back the input");
+	rig_cm_pack_mtu(&e, mtu, out);
+	CHECK(!memcmp(out, data, RIG_CM_PRIVATE_MTU), "rig_cm_pack_mtu does not give back the input");
 }
 
 static void fuzz_endpoint(const uint8_t *data, size_t size)
@@ -201,12 +201,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fill_canary(&e);
 	CHECK(rig_cm_parse(NULL, size, &e) == -EPROTO && is_canary(&e), "rig_cm_parse(NULL data)");
 	CHECK(rig_cm_parse(data, size, NULL) == -EPROTO, "rig_cm_parse(NULL endpoint)");
-	CHECK(rig__cm_parse_mtu(NULL, size, &e, &mtu) == -EPROTO && is_canary(&e) &&
-	      mtu == CANARY, "rig__cm_parse_mtu(NULL data)");
-	CHECK(rig__cm_parse_mtu(data, size, NULL, &mtu) == -EPROTO && mtu == CANARY,
-	      "rig__cm_parse_mtu(NULL endpoint)");
-	CHECK(rig__cm_parse_mtu(data, size, &e, NULL) == -EPROTO && is_canary(&e),
-	      "rig__cm_parse_mtu(NULL MTU)");
+	CHECK(rig_cm_parse_mtu(NULL, size, &e, &mtu) == -EPROTO && is_canary(&e) &&
+	      mtu == CANARY, "rig_cm_parse_mtu(NULL data)");
+	CHECK(rig_cm_parse_mtu(data, size, NULL, &mtu) == -EPROTO && mtu == CANARY,
+	      "rig_cm_parse_mtu(NULL endpoint)");
+	CHECK(rig_cm_parse_mtu(data, size, &e, NULL) == -EPROTO && is_canary(&e),
+	      "rig_cm_parse_mtu(NULL MTU)");
 	CHECK(rig_endpoint_unpack(NULL, size, &e) == -EINVAL && is_canary(&e),
 	      "rig_endpoint_unpack(NULL buf)");
 	CHECK(rig_endpoint_unpack(data, size, NULL) == -EINVAL, "rig_endpoint_unpack(NULL endpoint)");

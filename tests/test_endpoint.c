@@ -102,7 +102,7 @@ Test(endpoint, C2_null_arguments)
 
 /* rig_dial's and rig_listen's form: "rig2", the wire form, the MTU code
  * of the sender's port (enum ibv_mtu), 35 bytes in all. */
-static const uint8_t sample_cm_mtu[RIG__CM_PRIVATE_MTU] = {
+static const uint8_t sample_cm_mtu[RIG_CM_PRIVATE_MTU] = {
 	'r', 'i', 'g', '2',
 	0x00, 0xab, 0xcd, 0xef, 0x00, 0x12, 0x34, 0x56,
 	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 0, 1,
@@ -112,11 +112,11 @@ static const uint8_t sample_cm_mtu[RIG__CM_PRIVATE_MTU] = {
 
 Test(cm_mtu, pack_layout)
 {
-	uint8_t w[RIG__CM_PRIVATE_MTU + 1];
+	uint8_t w[RIG_CM_PRIVATE_MTU + 1];
 
-	cr_assert_eq(RIG__CM_PRIVATE_MTU, 35);
+	cr_assert_eq(RIG_CM_PRIVATE_MTU, 35);
 	memset(w, 0xee, sizeof(w));
-	rig__cm_pack_mtu(&sample, IBV_MTU_1024, w);
+	rig_cm_pack_mtu(&sample, IBV_MTU_1024, w);
 	cr_assert_arr_eq(w, sample_cm_mtu, sizeof(sample_cm_mtu));
 	cr_assert_eq(w[35], 0xee, "pack wrote past 35 bytes");
 }
@@ -140,7 +140,7 @@ static int parse(const uint8_t *p, size_t len, struct rig_endpoint *e, uint8_t *
 	memset(e, 0x5a, sizeof(*e));
 	before = *e;
 	*mtu = 0x77;
-	ret = rig__cm_parse_mtu(p, len, e, mtu);
+	ret = rig_cm_parse_mtu(p, len, e, mtu);
 	if (ret) {
 		cr_assert_eq(ret, -EPROTO, "%d", ret);
 		cr_assert_arr_eq(e, &before, sizeof(*e), "a failed parse wrote the endpoint");
@@ -162,7 +162,7 @@ Test(cm_mtu, round_trip_padded_every_code)
 
 	for (code = IBV_MTU_256; code <= IBV_MTU_4096; code++) {
 		for (i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
-			rig__cm_pack_mtu(&sample, (uint8_t)code, w);
+			rig_cm_pack_mtu(&sample, (uint8_t)code, w);
 			cr_assert_eq(parse(w, lens[i], &e, &mtu), 0, "code %d, %zu bytes: %s",
 				     code, lens[i], rig_errmsg());
 			cr_assert_eq(mtu, code);
@@ -181,23 +181,23 @@ Test(cm_mtu, round_trip_padded_every_code)
  */
 Test(cm_mtu, each_byte_each_value)
 {
-	uint8_t w[RIG__CM_PRIVATE_MTU + 1], mtu;
+	uint8_t w[RIG_CM_PRIVATE_MTU + 1], mtu;
 	struct rig_endpoint e;
 	size_t i;
 	int v, ok, rejected = 0;
 
 	for (i = 0; i < sizeof(w); i++) {
 		for (v = 0; v < 256; v++) {
-			memcpy(w, sample_cm_mtu, RIG__CM_PRIVATE_MTU);
-			w[RIG__CM_PRIVATE_MTU] = 0;
+			memcpy(w, sample_cm_mtu, RIG_CM_PRIVATE_MTU);
+			w[RIG_CM_PRIVATE_MTU] = 0;
 			w[i] = (uint8_t)v;
 			if (i < 4)
 				ok = v == "rig2"[i];
 			else if (i == 4 || i == 8)
 				ok = v == 0;
-			else if (i == RIG__CM_PRIVATE_MTU - 1)
+			else if (i == RIG_CM_PRIVATE_MTU - 1)
 				ok = v >= IBV_MTU_256 && v <= IBV_MTU_4096;
-			else if (i == RIG__CM_PRIVATE_MTU)
+			else if (i == RIG_CM_PRIVATE_MTU)
 				ok = v == 0;
 			else
 				ok = 1;
@@ -217,11 +217,11 @@ Test(cm_mtu, short_or_null_is_EPROTO)
 	uint8_t mtu;
 	size_t len;
 
-	for (len = 0; len < RIG__CM_PRIVATE_MTU; len++)
+	for (len = 0; len < RIG_CM_PRIVATE_MTU; len++)
 		cr_assert_eq(parse(sample_cm_mtu, len, &e, &mtu), -EPROTO, "%zu bytes", len);
-	cr_assert_eq(rig__cm_parse_mtu(NULL, RIG__CM_PRIVATE_MTU, &e, &mtu), -EPROTO);
-	cr_assert_eq(rig__cm_parse_mtu(sample_cm_mtu, RIG__CM_PRIVATE_MTU, NULL, &mtu), -EPROTO);
-	cr_assert_eq(rig__cm_parse_mtu(sample_cm_mtu, RIG__CM_PRIVATE_MTU, &e, NULL), -EPROTO);
+	cr_assert_eq(rig_cm_parse_mtu(NULL, RIG_CM_PRIVATE_MTU, &e, &mtu), -EPROTO);
+	cr_assert_eq(rig_cm_parse_mtu(sample_cm_mtu, RIG_CM_PRIVATE_MTU, NULL, &mtu), -EPROTO);
+	cr_assert_eq(rig_cm_parse_mtu(sample_cm_mtu, RIG_CM_PRIVATE_MTU, &e, NULL), -EPROTO);
 }
 
 /* rig_cm_pack's form ("rig1", 34 bytes) from a peer that gives no MTU is

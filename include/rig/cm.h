@@ -8,8 +8,9 @@
  * connect as rig_qp_connect() does, so the queue pairs follow exactly the
  * rules of rig(7) M3 and M4, with the smaller MTU of the two as their path
  * MTU. They also accept rig_cm_pack()'s form, which gives no MTU (rig(7)
- * CONNECTIONS BY ADDRESS). The peer's private data is untrusted: it is
- * checked as strictly as rig_cm_parse() checks its form.
+ * CONNECTIONS BY ADDRESS), and a listener answers in the request's form.
+ * The peer's private data is untrusted: rig_cm_parse_mtu() reads it.
+ * rig-wire(7) is the protocol, for a peer that is not rig.
  *
  * A connection owns its queue pair: rig_qp_destroy() disconnects it.
  * While it lives, its loop watches it: when the peer leaves (its process
@@ -68,6 +69,8 @@ struct rig_listener;
 
 /* rig_cm_pack()'s private data: the tag "rig1", then the endpoint. */
 #define RIG_CM_PRIVATE 34
+/* rig_cm_pack_mtu()'s: the tag "rig2", the endpoint, the MTU code. */
+#define RIG_CM_PRIVATE_MTU 35
 /* How long a handshake may wait for the peer's next step: from the
  * dialer's request until rig's answer is no part of it. */
 #define RIG_CM_HALF_OPEN_MS 3000
@@ -182,6 +185,25 @@ void rig_cm_pack(const struct rig_endpoint *e, uint8_t out[RIG_CM_PRIVATE]);
  * leaves *e untouched) for anything else.
  */
 int rig_cm_parse(const void *data, size_t len, struct rig_endpoint *e);
+
+/**
+ * rig_cm_pack_mtu - the private data the connections by address send:
+ * "rig2", @e's wire form, then @mtu, the MTU code (enum ibv_mtu, 1 for
+ * 256 bytes to 5 for 4096) of the sender's port (rig-wire(7))
+ */
+void rig_cm_pack_mtu(const struct rig_endpoint *e, uint8_t mtu,
+		     uint8_t out[RIG_CM_PRIVATE_MTU]);
+
+/**
+ * rig_cm_parse_mtu - read a peer's private data in either form
+ *
+ * "rig2" (rig_cm_pack_mtu()) sets *mtu to its code, 1 to 5; "rig1"
+ * (rig_cm_pack()), which gives no MTU, sets it to 0. Checked as strictly
+ * as rig_cm_parse() checks its form, zero padding allowed. Returns 0, or
+ * -EPROTO (and leaves *e and *mtu untouched) for anything else.
+ */
+int rig_cm_parse_mtu(const void *data, size_t len, struct rig_endpoint *e,
+		     uint8_t *mtu);
 
 #ifdef __cplusplus
 }

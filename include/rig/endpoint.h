@@ -16,7 +16,8 @@ struct rig_endpoint {
 	uint32_t qp;		/* queue pair number (24 bits) */
 	uint32_t psn;		/* first packet sequence number of its sends (24 bits) */
 	uint8_t gid[16];
-	uint8_t mac[6];		/* its NIC's MAC address */
+	uint8_t mac[6];		/* its netdev's MAC: for the record, never read
+				 * from a peer's endpoint (rig(7) M2) */
 };
 
 /* qp and psn as big-endian u32, then gid, then mac */
