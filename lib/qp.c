@@ -532,3 +532,17 @@ RIG_EXPORT uint64_t rig_qp_cookie(const struct rig_qp *pub)
 	return pub ? __atomic_load_n(&container_of(pub, const struct rig__qp, pub)->cookie,
 				     __ATOMIC_RELAXED) : 0;
 }
+
+RIG_EXPORT int rig_qp_tag(struct rig_qp *pub, enum rig_side side, uint64_t cookie)
+{
+	struct rig__ring *q;
+
+	if (!pub || (unsigned)side > RIG_RECEIVE)
+		return rig__fail(EINVAL, "rig_qp_tag: %s", pub ? "bad side" : "NULL queue pair");
+	q = &pub->ring[side];
+	if (q->head == q->tail)
+		return rig__fail(EINVAL, "rig_qp_tag: no entry is due on the %s ring",
+				 side == RIG_SEND ? "send" : "receive");
+	q->slot[(q->head - 1) & RIG__MASK].cookie = cookie;
+	return 0;
+}

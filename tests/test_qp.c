@@ -730,6 +730,49 @@ Test(batch, Q2_batch_post_and_poll_with_cookies, .init = pair_setup,
 	assert_untouched();
 }
 
+/* Single posts take a cookie too (rig_qp_tag), given back with their
+ * completions in ring order (Q2), untagged ones with 0; a tag with no
+ * entry due, or a bad side, is -EINVAL and changes nothing (C2). */
+Test(batch, Q2_C2_single_posts_tagged_get_their_cookies_back, .init = pair_setup,
+     .fini = pair_teardown)
+{
+	struct rig_completion c[4];
+	uint64_t cookies[4];
+	struct t_buf src, dst;
+	int i, got, n;
+
+	t_buf(&src, nic, 256, 4);
+	t_buf(&dst, nic, 256, 0);
+	cr_assert_eq(rig_qp_tag(a, RIG_SEND, 1), -EINVAL, "a tag with nothing posted");
+	cr_assert_eq(rig_qp_tag(NULL, RIG_SEND, 1), -EINVAL);
+	for (i = 0; i < 4; i++) {
+		cr_assert_eq(rig_qp_receive(b, dst.r, (size_t)i * 64, 64), 0, "%s", rig_errmsg());
+		if (i != 2)	/* the third stays untagged: 0 */
+			cr_assert_eq(rig_qp_tag(b, RIG_RECEIVE, 300u + i), 0, "%s", rig_errmsg());
+		cr_assert_eq(rig_qp_send(a, src.r, (size_t)i * 64, (size_t)i + 1), 0, "%s",
+			     rig_errmsg());
+		cr_assert_eq(rig_qp_tag(a, RIG_SEND, 400u + i), 0, "%s", rig_errmsg());
+	}
+	cr_assert_eq(rig_qp_tag(a, (enum rig_side)2, 9), -EINVAL);
+	for (got = 0; got < 4; got += n) {
+		n = rig_qp_poll_batch(b, RIG_RECEIVE, c + got, cookies + got, 4 - got);
+		cr_assert_geq(n, 0);
+	}
+	for (i = 0; i < 4; i++) {
+		cr_assert_eq(c[i].bytes, (uint32_t)i + 1, "receive %d out of order", i);
+		cr_assert_eq(cookies[i], i == 2 ? 0 : 300u + i, "receive %d: cookie %llu", i,
+			     (unsigned long long)cookies[i]);
+	}
+	for (got = 0; got < 4; got += n) {
+		n = rig_qp_poll_batch(a, RIG_SEND, c + got, cookies + got, 4 - got);
+		cr_assert_geq(n, 0);
+	}
+	for (i = 0; i < 4; i++)
+		cr_assert_eq(cookies[i], 400u + i, "send %d: cookie %llu", i,
+			     (unsigned long long)cookies[i]);
+	cr_assert_eq(rig_qp_tag(a, RIG_SEND, 1), -EINVAL, "a tag with nothing due");
+}
+
 /* C2: one bad entry, or too little room, posts none of the batch. */
 Test(batch, C2_bad_batches_post_nothing, .init = pair_setup, .fini = pair_teardown)
 {

@@ -194,6 +194,18 @@ int rig_qp_receive_batch(struct rig_qp *qp, const struct rig_post *posts, int co
  * Returns how many it took (0..@max), or -EINVAL. Like rig_qp_poll(), it
  * makes no system call but to tell of a failure it finds.
  */
+/**
+ * rig_qp_tag - give the entry just posted on @side a cookie
+ *
+ * Right after a post of @side that returned 0 (rig_qp_send, rig_qp_read,
+ * rig_qp_receive), on the thread that posted: the entry gets @cookie, which
+ * rig_qp_poll_batch() gives back with its completion, as a batch post's.
+ * Out of line: a single post costs nothing more when it is not called.
+ * Returns 0, or -EINVAL for a NULL @qp, a bad side or a ring with no entry
+ * due.
+ */
+int rig_qp_tag(struct rig_qp *qp, enum rig_side side, uint64_t cookie);
+
 int rig_qp_poll_batch(struct rig_qp *qp, enum rig_side side,
 		      struct rig_completion *c, uint64_t *cookies, int max);
 
