@@ -823,11 +823,12 @@ static int post_chain(struct rig__qp *qp, enum rig_side side, int k)
 	return taken;
 }
 
-/* Nothing may go to the NIC: rig knows the queue pair failed, or it is
- * closing (F2, F5, D3). */
+/* Nothing may go to the NIC: rig knows the queue pair failed, a flush
+ * (whose reason may not be known yet) said so, or it is closing (F2,
+ * F5, D3). */
 static bool sealed(const struct rig__qp *qp)
 {
-	return failed(qp) ||
+	return failed(qp) || qp->flushed ||
 	       (__atomic_load_n(&qp->pub.broken, __ATOMIC_ACQUIRE) &
 		(RIG__FAILED | RIG__EVENT | RIG__CLOSED));
 }

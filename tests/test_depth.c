@@ -71,7 +71,9 @@ static void post_sends(struct rig_qp *qp, struct t_buf *tx, int n)
  * Q4 (a): a loop-driven sender posts 4095 sends at depth 8, its peer 4095
  * receives, and the application polls only the rings the loop lists:
  * every message arrives, in order. The loop moves the waiting entries
- * when it hands out a ring's news.
+ * when it hands out a ring's news, before the application polls: here
+ * the application leaves the sender's send ring unpolled until every
+ * message arrived, so only the loop moves its sends.
  */
 Test(depth, Q4_loop_moves_4095_sends_at_depth_8, .timeout = 300)
 {
@@ -81,7 +83,7 @@ Test(depth, Q4_loop_moves_4095_sends_at_depth_8, .timeout = 300)
 	struct rig_loop *loop;
 	struct rig_qp *a, *b;
 	struct t_buf tx, rx;
-	int sent = 0, got = 0, i, n;
+	int sent = 0, got = 0, a_news = 0, i, n;
 	double end;
 
 	t_buf(&tx, nic, RIG_RING_ENTRIES * MSG, 1);
@@ -96,16 +98,21 @@ Test(depth, Q4_loop_moves_4095_sends_at_depth_8, .timeout = 300)
 	post_sends(a, &tx, RIG_RING_ENTRIES);
 	cr_assert_eq(rig_qp_room(a, RIG_SEND), 0);
 	end = t_now_ms() + 240000;
-	while (sent < RIG_RING_ENTRIES || got < RIG_RING_ENTRIES) {
+	while (got < RIG_RING_ENTRIES) {
 		struct pollfd p = { .fd = rig_loop_fd(loop), .events = POLLIN };
 
-		cr_assert_lt(t_now_ms(), end, "%d sent, %d received after 240 s", sent, got);
+		cr_assert_lt(t_now_ms(), end, "%d received after 240 s", got);
 		poll(&p, 1, 1000);
 		n = rig_loop_handle(loop, ready, 32);
 		cr_assert_geq(n, 0, "rig_loop_handle: %s", rig_errmsg());
 		for (i = 0; i < n; i++) {
 			if (ready[i].news != RIG_NEWS_RING)
 				continue;
+			/* The sender's news, only once everything arrived. */
+			if (ready[i].qp == a && got < RIG_RING_ENTRIES) {
+				a_news++;
+				continue;
+			}
 			while (rig_qp_poll(ready[i].qp, ready[i].side, &c) == 1) {
 				cr_assert_eq(c.error, 0, "%s", c.why);
 				if (ready[i].qp == a) {
@@ -120,6 +127,13 @@ Test(depth, Q4_loop_moves_4095_sends_at_depth_8, .timeout = 300)
 				got++;
 			}
 		}
+	}
+	cr_assert_gt(a_news, 0, "the sender's ring was never handed out");
+	/* Now the sender's completions, all of them, in order. */
+	while (sent < RIG_RING_ENTRIES) {
+		c = t_take(a, RIG_SEND, 10000);
+		cr_assert_eq(c.error, 0, "send %d: %s", sent, c.why);
+		sent++;
 	}
 	cr_assert_eq(rig_qp_room(a, RIG_SEND), RIG_RING_ENTRIES);
 	cr_assert_eq(rig_qp_room(b, RIG_RECEIVE), RIG_RING_ENTRIES);
@@ -188,6 +202,84 @@ Test(depth, Q4_T2_a_wait_on_one_ring_moves_the_other, .timeout = 300)
 		pthread_join(th[k], NULL);
 	for (k = 0; k < 2; k++)
 		cr_assert_eq(s[k].err[0], 0, "side %d: %s", k, s[k].err);
+	rig_nic_close(nic);
+}
+
+/*
+ * Q4, T2: the wait alone. a waits on its send ring for one send that b
+ * receives only once its 48 sends to a completed; those need a's waiting
+ * receives moved to the NIC, 8 at a time, and nothing but a's wait on
+ * its send ring runs on a's side meanwhile. The wait wakes for the
+ * receive ring's completions and moves them. (Without it, b's sends
+ * would meet RNR NAKs until Soft-RoCE gives up, about 470 ms, and fail.)
+ */
+struct peer_b {
+	struct rig_qp *qp;
+	struct t_buf *tx, *rx;
+	int n;
+	char err[160];
+};
+
+static void *b_sends_then_receives(void *arg)
+{
+	struct peer_b *p = arg;
+	struct rig_completion c;
+	int i, ret;
+
+	for (i = 0; i < p->n; i++) {
+		stamp(p->tx, (uint32_t)i);
+		if ((ret = rig_qp_send(p->qp, p->tx->r, (size_t)i * MSG, MSG))) {
+			snprintf(p->err, sizeof(p->err), "send %d: %d", i, ret);
+			return NULL;
+		}
+	}
+	for (i = 0; i < p->n; i++) {
+		ret = rig_qp_wait(p->qp, RIG_SEND, 20 * 1000000, &c);
+		if (ret != 1 || c.error) {
+			snprintf(p->err, sizeof(p->err), "send %d: wait %d, error %d (%s)", i,
+				 ret, ret == 1 ? c.error : 0, ret == 1 && c.why ? c.why : "");
+			return NULL;
+		}
+	}
+	if ((ret = rig_qp_receive(p->qp, p->rx->r, 0, MSG)))
+		snprintf(p->err, sizeof(p->err), "the receive: %d", ret);
+	return NULL;
+}
+
+Test(depth, Q4_T2_a_wait_wakes_for_the_other_ring, .timeout = 120)
+{
+	struct rig_nic *nic = shallow_nic();
+	struct t_buf atx, arx, btx, brx;
+	struct peer_b pb = { .n = 48 };
+	struct rig_completion c;
+	struct rig_qp *a, *b;
+	pthread_t th;
+	int i, ret;
+
+	a = t_qp(nic);
+	b = t_qp(nic);
+	t_buf(&atx, nic, 64 * MSG, 7);
+	t_buf(&arx, nic, 64 * MSG, 8);
+	t_buf(&btx, nic, 64 * MSG, 9);
+	t_buf(&brx, nic, 64 * MSG, 10);
+	memset(arx.mem, 0, arx.len);
+	t_connect(a, b);
+	post_receives(a, &arx, pb.n);
+	cr_assert_eq(rig_qp_send(a, atx.r, 0, MSG), 0, "%s", rig_errmsg());
+	pb.qp = b;
+	pb.tx = &btx;
+	pb.rx = &brx;
+	cr_assert_eq(pthread_create(&th, NULL, b_sends_then_receives, &pb), 0);
+	ret = rig_qp_wait(a, RIG_SEND, 30 * 1000000, &c);
+	pthread_join(th, NULL);
+	cr_assert_eq(pb.err[0], 0, "b: %s", pb.err);
+	cr_assert_eq(ret, 1, "a's send: %d %s", ret, rig_errmsg());
+	cr_assert_eq(c.error, 0, "a's send: %s", c.why);
+	for (i = 0; i < pb.n; i++) {
+		c = t_take(a, RIG_RECEIVE, 5000);
+		cr_assert_eq(c.error, 0, "receive %d: %s", i, c.why);
+		cr_assert(stamped(&arx, (uint32_t)i, (uint32_t)i), "receive %d", i);
+	}
 	rig_nic_close(nic);
 }
 

@@ -1717,6 +1717,24 @@ static void Q4_batches_beyond_the_depth(void)
 	cr_assert_eq(taken(RIG_RECEIVE), 3, "%zu receives", taken(RIG_RECEIVE));
 }
 
+/* Q4, F2: a flush says the queue pair failed before its reason is seen:
+ * the flushed entries' room goes to no waiting entry (the reason then
+ * found, on the other ring, is the failure of them all, F3). */
+static void Q4_F2_nothing_follows_a_flush(void)
+{
+	const char *why;
+	int i;
+
+	fake_depth(f, 2);
+	for (i = 0; i < 6; i++)
+		post_one(RIG_RECEIVE, 4);
+	fake_complete(f, RIG_RECEIVE, 2, IBV_WC_WR_FLUSH_ERR);
+	why = expect(RIG_RECEIVE, -ECANCELED, 0);
+	expect_failed(RIG_RECEIVE, 5, -ECANCELED, why);
+	expect_none(RIG_RECEIVE);
+	cr_assert_eq(taken(RIG_RECEIVE), 2, "%zu receives reached the NIC", taken(RIG_RECEIVE));
+}
+
 static const struct script shallow_scripts[] = {
 #define SCRIPT(name, profiles) { #name, name, profiles }
 	SCRIPT(Q4_entries_beyond_the_depth_go_in_order, ALL),
@@ -1724,6 +1742,7 @@ static const struct script shallow_scripts[] = {
 	SCRIPT(Q4_F3_failure_on_the_receive_ring_found_by_the_send_ring, ALL & ~NIC & ~BNXT),
 	SCRIPT(Q4_F1_event_with_entries_waiting, ALL),
 	SCRIPT(Q4_batches_beyond_the_depth, ALL),
+	SCRIPT(Q4_F2_nothing_follows_a_flush, ALL & ~NIC & ~BNXT),
 #undef SCRIPT
 };
 
