@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -405,5 +406,51 @@ Test(depth, Q4_M3_a_receive_burst_beyond_the_depth, .timeout = 300)
 		cr_assert_eq(c.error, 0, "send %d: %s", sent, c.why);
 		sent++;
 	}
+	rig_nic_close(nic);
+}
+
+/*
+ * Q4: RIG_QP_DEPTH, read when a NIC opens, sets the depth of the queue
+ * pairs it makes; a value out of 1..4095 is ignored; rig_nic_set_depth
+ * changes it for the queue pairs made after it only.
+ */
+static uint32_t depth_opened_with(const char *env)
+{
+	struct rig_nic *nic;
+	struct rig_qp *qp;
+	uint32_t d;
+
+	if (env)
+		setenv("RIG_QP_DEPTH", env, 1);
+	else
+		unsetenv("RIG_QP_DEPTH");
+	nic = t_nic_open(t_dev());
+	qp = t_qp(nic);
+	d = qp->ring[RIG_SEND].depth;
+	cr_assert_eq(qp->ring[RIG_RECEIVE].depth, d);
+	cr_assert_eq(rig_qp_room(qp, RIG_SEND), RIG_RING_ENTRIES);
+	rig_nic_close(nic);
+	return d;
+}
+
+Test(depth, Q4_RIG_QP_DEPTH_sets_the_depth)
+{
+	struct rig_nic *nic;
+	struct rig_qp *before, *after;
+
+	cr_assert_eq(depth_opened_with(NULL), RIG_RING_ENTRIES);
+	cr_assert_eq(depth_opened_with("1"), 1);
+	cr_assert_eq(depth_opened_with("63"), 63);
+	cr_assert_eq(depth_opened_with("4095"), RIG_RING_ENTRIES);
+	cr_assert_eq(depth_opened_with("0"), RIG_RING_ENTRIES);
+	cr_assert_eq(depth_opened_with("4096"), RIG_RING_ENTRIES);
+	cr_assert_eq(depth_opened_with("8x"), RIG_RING_ENTRIES);
+	unsetenv("RIG_QP_DEPTH");
+	nic = t_nic_open(t_dev());
+	before = t_qp(nic);
+	cr_assert_eq(rig_nic_set_depth(nic, 5), 0);
+	after = t_qp(nic);
+	cr_assert_eq(before->ring[RIG_SEND].depth, RIG_RING_ENTRIES);
+	cr_assert_eq(after->ring[RIG_SEND].depth, 5);
 	rig_nic_close(nic);
 }

@@ -6,8 +6,9 @@
  * library calls; the hot path (room, send, read, receive, poll) is inline
  * code over libibverbs' own inlines, so a post or a poll costs what raw verbs
  * cost plus a few compares. Every rare case (a caller's mistake, a full
- * ring, a failed queue pair, an error completion) goes to one out-of-line
- * function, rig__qp_post_slow() or rig__qp_poll_slow().
+ * ring, a ring beyond its NIC's depth, a failed queue pair, an error
+ * completion) goes to one out-of-line function, rig__qp_post_slow() or
+ * rig__qp_poll_slow().
  */
 #include <errno.h>
 #include <stddef.h>
