@@ -409,7 +409,6 @@ struct rig__qp {
 	pthread_mutex_t feed_lock;
 	uint32_t fed[2];
 	struct rig__waiting *waiting[2];
-	uint64_t backlogged[2];		/* rig_qp_stats: posts that waited */
 };
 
 /* The wr_id of a liveness probe: no entry's (an entry's is its 32-bit

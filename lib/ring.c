@@ -951,7 +951,6 @@ static int post_shallow(struct rig__qp *qp, enum rig__op op,
 		if ((ret = wait_room(qp, side)))
 			return ret;
 		qp->waiting[side][seq & RIG__MASK] = w;
-		qp->backlogged[side]++;
 		ring->head++;
 		feed(qp);
 		return 0;
@@ -1078,7 +1077,6 @@ static int batch_shallow(struct rig_qp *pub, enum rig_side side,
 				.lkey = posts[i].region->lkey,
 				.op = side == RIG_RECEIVE ? RIG__OP_RECEIVE : RIG__OP_SEND,
 			};
-		qp->backlogged[side] += count;
 	}
 	ring->head += count;
 	feed(qp);
