@@ -5,7 +5,7 @@
  * bytes, and every reply is checked byte for byte against what was sent.
  *
  *	rig-echo-load -d DEV -a ADDR -p PORT -c CONNS -s SIZE
- *		      -n MSGS [-t THREADS] [-i MS] [-w MS] [-L MS] [-g] [-k] [-l]
+ *		      -n MSGS [-t THREADS] [-i MS] [-w MS] [-q DEPTH] [-L MS] [-g] [-k] [-l]
  *
  * Every connection dials PORT (rig-echo listens there once, for all its
  * threads) and connection i is served by thread i % THREADS, which has a
@@ -135,6 +135,7 @@ struct el_opts {
 	unsigned int interval_ms;
 	unsigned int reply_ms;		/* -w */
 	unsigned int live_ms;		/* -L: the liveness interval */
+	unsigned int depth;		/* -q: the NIC's queues; 0: RIG_QP_DEPTH or full */
 	bool forever;
 	bool gate;
 	bool log_trips;			/* -l */
@@ -1308,7 +1309,8 @@ static void el_usage(const char *argv0)
 {
 	fprintf(stderr,
 		"Usage: %s -d DEV -a ADDR -p PORT -c CONNS -s SIZE -n MSGS\n"
-		"          [-t THREADS] [-i MS] [-w MS] [-L MS] [-g] [-k] [-l [-W TIDS]]\n"
+		"          [-t THREADS] [-i MS] [-w MS] [-q DEPTH] [-L MS] [-g] [-k]\n"
+		"          [-l [-W TIDS]]\n"
 		"  -d DEV      RDMA device (default: the first RoCE v2 device)\n"
 		"  -a ADDR     the server's address\n"
 		"  -p PORT     the server's port\n"
@@ -1319,6 +1321,8 @@ static void el_usage(const char *argv0)
 		"  -i MS       a pause between a reply and the next message (default 0)\n"
 		"  -w MS       how long a connection waits for the server's first reply\n"
 		"              (default 30000)\n"
+		"  -q DEPTH    the NIC's queue depth under each ring, 1 to 4095 (default:\n"
+		"              RIG_QP_DEPTH, else 4095); entries beyond it wait in the ring\n"
 		"  -L MS       probe idle connections every MS ms, to find a vanished\n"
 		"              server host (default 2000, RIG_LIVENESS_MS; 0: never)\n"
 		"  -g          once every connection is up, print \"ready: ...\" and\n"
@@ -1349,7 +1353,7 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 	unsigned long long v;
 	int c;
 
-	while ((c = getopt(argc, argv, "d:a:p:c:s:n:t:i:w:L:W:gkl")) != -1) {
+	while ((c = getopt(argc, argv, "d:a:p:c:s:n:t:i:w:q:L:W:gkl")) != -1) {
 		if (c == 'd') {
 			o->dev = optarg;
 			continue;
@@ -1378,7 +1382,7 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 			return -1;
 		if (el_number(optarg, c == 'i' || c == 'L' ? 0 : 1, c == 'n' ? 1ull << 32 :
 			      c == 's' ? 1u << 24 : c == 'i' || c == 'w' ? 3600000 :
-			      c == 'L' ? 24 * 3600 * 1000 : 65535, &v))
+			      c == 'L' ? 24 * 3600 * 1000 : c == 'q' ? RIG_RING_ENTRIES : 65535, &v))
 			return -1;
 		switch (c) {
 		case 'p': o->port = (unsigned int)v; break;
@@ -1388,6 +1392,7 @@ static int el_parse_opts(int argc, char *argv[], struct el_opts *o)
 		case 'i': o->interval_ms = (unsigned int)v; break;
 		case 'w': o->reply_ms = (unsigned int)v; break;
 		case 'L': o->live_ms = (unsigned int)v; break;
+		case 'q': o->depth = (unsigned int)v; break;
 		case 't':
 			if (v > EL_THREADS_MAX)
 				return -1;
@@ -1453,6 +1458,8 @@ int main(int argc, char *argv[])
 		free(l);
 		return el_fail("rig_nic_open", ret);
 	}
+	if (o.depth && (ret = rig_nic_set_depth(l->nic, (int)o.depth)))
+		return el_fail("rig_nic_set_depth", ret);
 	for (i = 0; i < o.threads; i++) {
 		l->th[i].l = l;
 		l->th[i].idx = i;

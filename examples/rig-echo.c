@@ -5,7 +5,15 @@
  * bytes, on the same queue pair.
  *
  *	rig-echo -d DEV -a ADDR -p PORT [-t THREADS] [-s MAXSIZE] [-r RECVS]
- *		 [-L MS] [-v]
+ *		 [-q DEPTH] [-L MS] [-v]
+ *
+ * Depth. A server of many clients gives each queue pair NIC queues of
+ * DEPTH entries (rig_nic_set_depth, rig(7) Q4), 63 by default: a client
+ * keeps at most RECVS messages in flight, so more would only pin memory
+ * (megabytes a queue pair at the full 4095 on a real NIC) for entries
+ * that never come. The rings keep their 4095; entries beyond DEPTH wait
+ * in them. -q 4095 gives the full depth; RIG_QP_DEPTH in the environment
+ * is used when -q is not given.
  *
  * Threads, one port. A queue pair is bound to a loop when it is made
  * (loop.h). Thread i has its own loop (rig_loop_open() on the shared NIC)
@@ -133,8 +141,15 @@ struct ec_opts {
 	size_t maxsize;
 	unsigned int recvs;
 	unsigned long long live_ms;	/* -L: the liveness interval */
+	unsigned long long depth;	/* -q: the NIC's queues (rig_nic_set_depth) */
+	bool depth_set;
 	bool verbose;
 };
+
+/* What a server of many clients should give each queue pair's NIC
+ * queues: above the receives a client keeps in flight (-r), a sliver of
+ * the full 4095 (rig(7) Q4). */
+#define EC_DEPTH_DEFAULT 63
 
 /* One client: its queue pair, its region and what is in flight. */
 struct ec_conn {
@@ -934,13 +949,15 @@ static void ec_usage(const char *argv0)
 {
 	fprintf(stderr,
 		"Usage: %s -d DEV -a ADDR -p PORT [-t THREADS] [-s MAXSIZE] [-r RECVS]\n"
-		"          [-L MS] [-v]\n"
+		"          [-q DEPTH] [-L MS] [-v]\n"
 		"  -d DEV      RDMA device (default: the first RoCE v2 device)\n"
 		"  -a ADDR     the device's IP address to listen on\n"
 		"  -p PORT     the port to listen on, for every thread\n"
 		"  -t THREADS  threads, each with its loop (default 1)\n"
 		"  -s MAXSIZE  the longest message taken (default 4096)\n"
 		"  -r RECVS    receives kept posted per client (default 16)\n"
+		"  -q DEPTH    the NIC's queue depth under each ring, 1 to 4095 (default\n"
+		"              63, or RIG_QP_DEPTH): entries beyond it wait in the ring\n"
 		"  -L MS       probe idle clients every MS ms, to find a vanished\n"
 		"              host (default 2000, RIG_LIVENESS_MS; 0: never)\n"
 		"  -v          print each client accepted, and stats every second\n"
@@ -964,7 +981,7 @@ static int ec_parse_opts(int argc, char *argv[], struct ec_opts *o)
 	unsigned long long v;
 	int c;
 
-	while ((c = getopt(argc, argv, "d:a:p:t:s:r:L:v")) != -1) {
+	while ((c = getopt(argc, argv, "d:a:p:t:s:r:q:L:v")) != -1) {
 		switch (c) {
 		case 'd':
 			o->dev = optarg;
@@ -992,6 +1009,11 @@ static int ec_parse_opts(int argc, char *argv[], struct ec_opts *o)
 				return -1;
 			o->recvs = (unsigned int)v;
 			break;
+		case 'q':
+			if (ec_number(optarg, 1, RIG_RING_ENTRIES, &o->depth))
+				return -1;
+			o->depth_set = true;
+			break;
 		case 'L':
 			if (ec_number(optarg, 0, 24 * 3600 * 1000, &o->live_ms))
 				return -1;
@@ -1011,7 +1033,7 @@ static int ec_parse_opts(int argc, char *argv[], struct ec_opts *o)
 int main(int argc, char *argv[])
 {
 	struct ec_opts o = { .threads = 1, .maxsize = 4096, .recvs = 16,
-			     .live_ms = RIG_LIVENESS_MS };
+			     .live_ms = RIG_LIVENESS_MS, .depth = EC_DEPTH_DEFAULT };
 	struct ec_server *s;
 	unsigned int i;
 	int ret, status;
@@ -1056,6 +1078,12 @@ int main(int argc, char *argv[])
 	ret = rig_nic_open(o.dev, &s->nic);
 	if (ret) {
 		ec_fail("rig_nic_open", ret);
+		goto out;
+	}
+	/* Before any queue pair is made: -q, else RIG_QP_DEPTH, else 63. */
+	if ((o.depth_set || !getenv("RIG_QP_DEPTH")) &&
+	    (ret = rig_nic_set_depth(s->nic, (int)o.depth))) {
+		ec_fail("rig_nic_set_depth", ret);
 		goto out;
 	}
 	status = ec_run(s);

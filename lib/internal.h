@@ -143,6 +143,10 @@ struct rig_nic {
 	bool soft_roce;
 	uint32_t vendor_id;
 	int64_t spin_ns;		/* rig_nic_set_spin(), any thread */
+	/* rig_nic_set_depth() or RIG_QP_DEPTH, any thread: the depth of
+	 * the NIC's queues under the rings of queue pairs made from then on
+	 * (1..RIG_RING_ENTRIES; rig(7) Q4). */
+	uint32_t depth;
 	struct rig_loop *own;		/* rig_nic_loop(): rig_qp_make's */
 	/* The kernel disassociated the context (the device was removed or
 	 * reset): its async fd and channels give only EIO, and nobody reads
@@ -322,6 +326,20 @@ enum {
 	RIG__FAILED = 1 << 1,	/* the failure record below is set */
 	RIG__EVENT = 1 << 2,	/* an async event failed it: apply in poll */
 	RIG__CLOSED = 1 << 3,	/* rig_qp_close: posts and polls are -EINVAL */
+	RIG__BACKLOG = 1 << 4,	/* entries may wait in a ring beyond the NIC's
+				 * depth (ring.c): set and cleared by the owner */
+};
+
+/* What the NIC needs of an entry that waits in its ring beyond the NIC's
+ * depth (rig(7) Q4), by sequence number & RIG__MASK; its length and
+ * cookie are in its slot. */
+struct rig__waiting {
+	uint64_t addr;		/* the local bytes: a send's, a receive's, a read's destination */
+	uint64_t remote;	/* a read's source */
+	uint32_t lkey;
+	uint32_t rkey;		/* a read's source key */
+	uint32_t op;		/* enum rig__op */
+	uint32_t pad;
 };
 
 /* Where a failure came from. A flush and a refused post are failures
@@ -428,6 +446,16 @@ struct rig__qp {
 	bool probe_out, probe_failed;
 	int lost;			/* the pass's finding, for the owner */
 	uint64_t probes;
+	/* Rings deeper than the NIC's queues (rig(7) Q4; ring.c), set at
+	 * make when pub.ring[].depth < RIG_RING_ENTRIES. While RIG__BACKLOG
+	 * is set, entries [fed, head) of a ring wait in it, their requests
+	 * in waiting[] (made on first use); every post and poll goes to the
+	 * slow paths, which take feed_lock, as the loop's thread does when
+	 * it moves entries to the NIC (rig__qp_feed). */
+	bool shallow;
+	pthread_mutex_t feed_lock;
+	uint32_t fed[2];
+	struct rig__waiting *waiting[2];
 };
 
 /* The wr_id of a liveness probe: no entry's (an entry's is its 32-bit
@@ -448,6 +476,13 @@ void rig__regions_free(struct rig_nic *nic);
  * consumers through @qp->rings_failed; later ones do neither. */
 void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 		    const char *why, int wc_status);
+/* ring.c: moves entries waiting in @qp's rings to the NIC as far as its
+ * depth allows (rig(7) Q4); any thread (the loop's, at a hand-out):
+ * it takes the queue pair's feed_lock and does nothing unless the owner
+ * has left entries waiting. */
+void rig__qp_feed(struct rig__qp *qp);
+/* ring.c: @qp has entries waiting beyond the NIC's depth on ring @side. */
+bool rig__qp_waiting(const struct rig__qp *qp, int side);
 /* ring.c: one liveness pass over @qp, on its loop's thread: reads the
  * CQE of its last probe if its send ring is idle, and posts the next
  * probe if none is out. Returns the -errno the probe's CQE failed @qp

@@ -642,6 +642,25 @@ static bool probe_news(const struct rig_loop *loop, const struct rig__news *n)
 	       qp->probe_out && r->head == r->tail && !rig__qp_broken(&qp->pub);
 }
 
+/*
+ * rig(7) Q4: a ring handed out moves the entries waiting in its queue
+ * pair's rings to the NIC, its own and the other's, before the
+ * application polls it: its completion event says the NIC has freed
+ * room, and the application may poll only later, or only the other
+ * ring. After the loop's lock: moving them reads the CQs, and a failure
+ * found there is news (events.c takes the lock). The queue pair cannot
+ * go meanwhile: a close marks it under the lock rig__qp_feed takes, and
+ * its memory lives until this thread hands out its RIG_NEWS_CLOSED.
+ */
+static void feed_handed(const struct rig_ready *ready, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		if (ready[i].news == RIG_NEWS_RING)
+			rig__qp_feed(rig__qp(ready[i].qp));
+}
+
 RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, int max)
 {
 	struct rig__news *n;
@@ -706,6 +725,7 @@ RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, i
 	}
 	RIG_PROBE(loop_handout, loop->id, i, (int)(backlog || loop->news.next != &loop->news));
 	pthread_mutex_unlock(&loop->lock);
+	feed_handed(ready, i);
 	return i;
 }
 

@@ -285,6 +285,41 @@ RIG_EXPORT int rig_nic_query(const struct rig_nic *nic, struct rig_nic_info *inf
 	return 0;
 }
 
+/*
+ * RIG_QP_DEPTH=N, 1 <= N <= RIG_RING_ENTRIES: the depth of the NIC's
+ * queues under the rings, for any program without a rebuild (rig(7) Q4,
+ * rig_nic_set_depth(3)). Anything else is ignored, and said in the log.
+ */
+static uint32_t env_depth(const struct rig_nic *nic)
+{
+	const char *v = getenv("RIG_QP_DEPTH");
+	char *end;
+	long n;
+
+	if (!v || !*v)
+		return RIG_RING_ENTRIES;
+	errno = 0;
+	n = strtol(v, &end, 10);
+	if (errno || *end || n < 1 || n > RIG_RING_ENTRIES) {
+		rig__log(RIG_LOG_WARN, "%s: RIG_QP_DEPTH=%s ignored: not a number from 1 to %d",
+			 nic->name, v, RIG_RING_ENTRIES);
+		return RIG_RING_ENTRIES;
+	}
+	if (n < RIG_RING_ENTRIES)
+		rig__log(RIG_LOG_INFO, "%s: RIG_QP_DEPTH=%ld: the NIC's queues hold %ld entries of each ring",
+			 nic->name, n, n);
+	return (uint32_t)n;
+}
+
+RIG_EXPORT int rig_nic_set_depth(struct rig_nic *nic, int depth)
+{
+	if (!nic || depth < 1 || depth > RIG_RING_ENTRIES)
+		return rig__fail(EINVAL, "rig_nic_set_depth: %s",
+				 !nic ? "nic is NULL" : "the depth is not from 1 to 4095");
+	__atomic_store_n(&nic->depth, (uint32_t)depth, __ATOMIC_RELAXED);
+	return 0;
+}
+
 RIG_EXPORT __cold int rig_nic_open(const char *name, struct rig_nic **out)
 {
 	struct ibv_device **list;
@@ -328,6 +363,7 @@ RIG_EXPORT __cold int rig_nic_open(const char *name, struct rig_nic **out)
 	rig__list_init(&nic->qps);
 	rig__list_init(&nic->regions);
 	nic->spin_ns = RIG_SPIN_ADAPTIVE;
+	nic->depth = env_depth(nic);
 	ret = rig__loop_open(nic, &nic->own);
 	if (ret)
 		goto out_device;

@@ -99,15 +99,23 @@ static int make_refused(int err, struct rig_nic *nic, const char *step)
  * RIG__QUEUE_DEPTH requests and CQEs is refused at open (nic.c).
  */
 
-static int ring_init(struct rig__qp *qp, struct rig__ring *ring, int extra)
+/*
+ * A NIC set shallower (rig_nic_set_depth, RIG_QP_DEPTH) gives the queues
+ * and CQs under the rings @depth entries (the send side one more, the
+ * probe's): the ring keeps its 4095 (Q1), and entries beyond the NIC's
+ * depth wait in it (ring.c, rig(7) Q4).
+ */
+static int ring_init(struct rig__qp *qp, struct rig__ring *ring, uint32_t depth,
+		     int extra)
 {
 	struct rig_nic *nic = qp->nic;
 
 	ring->slot = calloc(RIG__SLOTS, sizeof(*ring->slot));
 	if (!ring->slot)
 		return rig__fail(ENOMEM, "rig_qp_make: no memory for a ring");
+	ring->depth = depth;
 	errno = 0;	/* a refusal may set none (make_refused) */
-	ring->cq = ibv_create_cq(nic->ctx, RIG_RING_ENTRIES + extra, qp, qp->loop->channel,
+	ring->cq = ibv_create_cq(nic->ctx, (int)depth + extra, qp, qp->loop->channel,
 				 qp->loop->comp_vector);
 	if (!ring->cq) {
 		int err = errno;
@@ -138,29 +146,31 @@ RIG_EXPORT __cold int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out)
 	struct ibv_qp_init_attr attr = { 0 };
 	struct rig_nic *nic;
 	struct rig__qp *qp;
+	uint32_t depth;
 	int ret;
 
 	if (!loop || !out)
 		return rig__fail(EINVAL, "rig_qp_make: NULL argument");
 	nic = loop->nic;
+	depth = __atomic_load_n(&nic->depth, __ATOMIC_RELAXED);
 	qp = calloc(1, sizeof(*qp));
 	if (!qp)
 		return rig__fail(ENOMEM, "rig_qp_make: out of memory");
 	qp->nic = nic;
 	qp->loop = loop;
 	rig__list_init(&qp->live_link);
-	ret = ring_init(qp, &qp->pub.ring[RIG_SEND], RIG_PROBES_OUT);
+	ret = ring_init(qp, &qp->pub.ring[RIG_SEND], depth, RIG_PROBES_OUT);
 	if (ret)
 		goto out_free;
-	ret = ring_init(qp, &qp->pub.ring[RIG_RECEIVE], 0);
+	ret = ring_init(qp, &qp->pub.ring[RIG_RECEIVE], depth, 0);
 	if (ret)
 		goto out_send_ring;
 
 	attr.qp_context = qp;
 	attr.send_cq = qp->pub.ring[RIG_SEND].cq;
 	attr.recv_cq = qp->pub.ring[RIG_RECEIVE].cq;
-	attr.cap.max_send_wr = RIG__QUEUE_DEPTH;
-	attr.cap.max_recv_wr = RIG_RING_ENTRIES;
+	attr.cap.max_send_wr = depth + RIG_PROBES_OUT;
+	attr.cap.max_recv_wr = depth;
 	attr.cap.max_send_sge = 1;
 	attr.cap.max_recv_sge = 1;
 	attr.qp_type = IBV_QPT_RC;
@@ -172,6 +182,9 @@ RIG_EXPORT __cold int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out)
 		goto out_receive_ring;
 	}
 	qp->pub.nic = nic;
+	qp->shallow = depth < RIG_RING_ENTRIES;
+	if (qp->shallow)
+		pthread_mutex_init(&qp->feed_lock, NULL);
 	qp->pub.broken = RIG__UNCONNECTED;
 	qp->pub.msg_max = nic->msg_max;
 	qp->state = RIG__RESET;
@@ -407,6 +420,15 @@ int rig__qp_teardown(struct rig__qp *qp)
 	rig__list_del(&qp->link);
 	pthread_mutex_unlock(&nic->lock);
 	rig__events_forget(qp, destroy_cqs);
+	if (qp->shallow) {
+		/* The loop's thread may be moving entries (rig__qp_feed):
+		 * it holds the lock while it does. */
+		pthread_mutex_lock(&qp->feed_lock);
+		pthread_mutex_unlock(&qp->feed_lock);
+		pthread_mutex_destroy(&qp->feed_lock);
+	}
+	free(qp->waiting[RIG_SEND]);
+	free(qp->waiting[RIG_RECEIVE]);
 	RIG_PROBE(qp_destroyed, qpn, qp->error);
 	return 0;
 }
@@ -511,7 +533,12 @@ RIG_EXPORT __cold int rig_qp_close(struct rig_qp *pub, uint64_t cookie)
 	rig__list_init(&k->news.link);
 	k->news.what = (struct rig_ready){ pub, RIG_SEND, RIG_NEWS_CLOSED, 0, cookie };
 	k->news.handed = close_handed;
+	/* Under feed_lock: the loop's thread moves no entry after it. */
+	if (qp->shallow)
+		pthread_mutex_lock(&qp->feed_lock);
 	__atomic_or_fetch(&pub->broken, RIG__CLOSED, __ATOMIC_RELEASE);
+	if (qp->shallow)
+		pthread_mutex_unlock(&qp->feed_lock);
 	rig__loop_closing(qp);
 	/* A loop whose helper cannot start pays the destroy itself. */
 	if (rig__loop_defer(qp->loop, &k->job))

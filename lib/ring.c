@@ -29,6 +29,7 @@
  *     the refusal until a reason turns up (post_refused_failed).
  * None of this makes a system call or a control request (T3).
  */
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -106,6 +107,61 @@ static int failed(const struct rig__qp *qp)
 static bool bare(enum rig__cause cause)
 {
 	return cause == RIG__CAUSE_FLUSH || cause == RIG__CAUSE_REFUSED;
+}
+
+/*
+ * Rings deeper than the NIC's queues (rig(7) Q4). Entry s of a ring is
+ * due while tail <= s < head; the NIC holds [tail + ahead, fed), and
+ * [fed, head) wait in the ring, their requests in waiting[], until
+ * completions free the NIC's room. A NIC slot is counted free once its
+ * CQE is read (what providers do: mlx5 and bnxt_re move their queue's
+ * tail in their poll; rxe frees it earlier, when it completes the
+ * request), so fed - tail - ahead never passes the depth, and the CQs,
+ * of the depth (and the probe's one), never overflow.
+ *
+ * The inline post goes out of line once depth entries are due; the
+ * slow post posts to the NIC while it has room and nothing waits before
+ * it, else keeps the entry and sets RIG__BACKLOG, which sends every
+ * post and poll of the queue pair to the slow paths until nothing
+ * waits on either ring: the inline code is unchanged within the depth.
+ * The owner alone sets and clears the bit; while it is set, the slow
+ * paths and the loop's thread (rig__qp_feed, at a hand-out) take
+ * feed_lock, a lock that a queue pair at the full depth never takes.
+ */
+static bool backlog(const struct rig__qp *qp)
+{
+	return __atomic_load_n(&qp->pub.broken, __ATOMIC_ACQUIRE) & RIG__BACKLOG;
+}
+
+/* The next entry to go to the NIC. */
+static uint32_t fed(const struct rig__qp *qp, int side)
+{
+	return backlog(qp) ? qp->fed[side] : qp->pub.ring[side].head;
+}
+
+/* Entries the NIC holds whose CQEs the library has not read. */
+static uint32_t at_nic(const struct rig__qp *qp, int side)
+{
+	const struct rig__ring *ring = &qp->pub.ring[side];
+
+	return fed(qp, side) - ring->tail - ring->ahead;
+}
+
+bool rig__qp_waiting(const struct rig__qp *qp, int side)
+{
+	return backlog(qp) && qp->fed[side] != qp->pub.ring[side].head;
+}
+
+static void feed_lock(struct rig__qp *qp)
+{
+	if (qp->shallow)
+		pthread_mutex_lock(&qp->feed_lock);
+}
+
+static void feed_unlock(struct rig__qp *qp)
+{
+	if (qp->shallow)
+		pthread_mutex_unlock(&qp->feed_lock);
 }
 
 /* Records a failure; true if it is the queue pair's first. */
@@ -247,7 +303,7 @@ static void reap_one(struct rig__qp *qp, enum rig_side side,
 		return;
 	}
 	/* A CQE for an entry the library has completed itself is late. */
-	if ((qp->distrust & (1 << side)) || seq == ring->head ||
+	if ((qp->distrust & (1 << side)) || seq == fed(qp, side) ||
 	    (uint32_t)wc->wr_id != seq)
 		return;
 	slot = &ring->slot[seq & RIG__MASK];
@@ -391,9 +447,9 @@ static void take_event(struct rig__qp *qp, enum rig_side side)
 
 /* Whether the NIC holds entries of @ring whose CQEs the library has not
  * read: only then may its CQ tell of a failure. */
-static bool owed(const struct rig__ring *ring)
+static bool owed(const struct rig__qp *qp, int side)
 {
-	return ring->head - ring->tail != ring->ahead;
+	return at_nic(qp, side) != 0;
 }
 
 /*
@@ -428,7 +484,7 @@ static int poll_slow(struct rig_qp *pub, enum rig_side side,
 	/* An empty ring may be one the NIC will never complete, and a flush
 	 * (taken here or by the inline poll) has its reason on the other
 	 * ring, if anywhere: but only a ring the NIC owes CQEs can show it. */
-	if (!failed(qp) && ((!ring->ahead && owed(&pub->ring[!side])) || qp->flushed))
+	if (!failed(qp) && ((!ring->ahead && owed(qp, !side)) || qp->flushed))
 		reap(qp, !side);
 	/* The NIC writes the failing entry's completion before it flushes,
 	 * but maybe after this ring's CQ was read: read both once more. */
@@ -454,6 +510,9 @@ static int poll_slow(struct rig_qp *pub, enum rig_side side,
 			ring->slot[seq & RIG__MASK].failed = 1;
 		ring->ahead = ring->head - ring->tail;
 		qp->completed[side] += ring->ahead;
+		/* Those waiting in the ring never go to the NIC (F5). */
+		if (backlog(qp))
+			qp->fed[side] = ring->head;
 	}
 
 	slot = &ring->slot[ring->tail & RIG__MASK];
@@ -471,6 +530,33 @@ static int poll_slow(struct rig_qp *pub, enum rig_side side,
 	return 1;
 }
 
+/* Defined with the posts, below. */
+static void feed(struct rig__qp *qp);
+static void settle(struct rig__qp *qp);
+
+/* The slow poll of a queue pair whose rings are deeper than the NIC's
+ * queues: the same, under feed_lock, after moving waiting entries of
+ * both rings to the NIC (rig(7) Q4). */
+static int poll_shallow(struct rig_qp *pub, enum rig_side side,
+			const struct ibv_wc *wc, int n, struct rig_completion *c)
+{
+	struct rig__qp *qp = rig__qp(pub);
+	int ret;
+
+	pthread_mutex_lock(&qp->feed_lock);
+	/* The CQE the inline poll took goes first: feeding may read the CQ. */
+	if (n == 1) {
+		reap_one(qp, side, wc);
+		n = 0;
+		wc = NULL;
+	}
+	feed(qp);
+	ret = poll_slow(pub, side, wc, n, wc && n == 0, c);
+	settle(qp);
+	pthread_mutex_unlock(&qp->feed_lock);
+	return ret;
+}
+
 RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
 					const struct ibv_wc *wc, int n,
 					struct rig_completion *c)
@@ -481,9 +567,11 @@ RIG_EXPORT __cold int rig__qp_poll_slow(struct rig_qp *pub, enum rig_side side,
 							      : "NULL argument");
 	if (rig__qp_broken(pub) & RIG__CLOSED)
 		return rig__fail(EINVAL, "rig_qp_poll: the queue pair is closing (rig_qp_close)");
-	/* The inline poll passes the CQE it read; with n == 0 it just
-	 * found the CQ empty. */
-	return poll_slow(pub, side, wc, n, wc && n == 0, c);
+	if (likely(!rig__qp(pub)->shallow))
+		/* The inline poll passes the CQE it read; with n == 0 it
+		 * just found the CQ empty. */
+		return poll_slow(pub, side, wc, n, wc && n == 0, c);
+	return poll_shallow(pub, side, wc, n, c);
 }
 
 static int check_span(const struct rig__qp *qp, const struct rig_region *r,
@@ -504,20 +592,43 @@ static int check_span(const struct rig__qp *qp, const struct rig_region *r,
 	return 0;
 }
 
+static int post_shallow(struct rig__qp *qp, enum rig__op op,
+			const struct rig_region *src, size_t src_at,
+			const struct rig_region *dst, size_t dst_at, size_t n);
+
+static int post_slow(struct rig_qp *pub, enum rig__op op,
+		     const struct rig_region *src, size_t src_at,
+		     const struct rig_region *dst, size_t dst_at, size_t n);
+
 RIG_EXPORT __cold int rig__qp_post_slow(struct rig_qp *pub, enum rig__op op,
 					const struct rig_region *src, size_t src_at,
 					const struct rig_region *dst, size_t dst_at,
 					size_t n)
 {
-	enum rig_side side = op == RIG__OP_RECEIVE ? RIG_RECEIVE : RIG_SEND;
-	struct rig__ring *ring;
 	struct rig__qp *qp;
 	int ret;
 
 	if (!pub)
 		return rig__fail(EINVAL, "NULL queue pair");
 	qp = rig__qp(pub);
-	ring = &pub->ring[side];
+	if (likely(!qp->shallow))
+		return post_slow(pub, op, src, src_at, dst, dst_at, n);
+	pthread_mutex_lock(&qp->feed_lock);
+	ret = post_slow(pub, op, src, src_at, dst, dst_at, n);
+	settle(qp);
+	pthread_mutex_unlock(&qp->feed_lock);
+	return ret;
+}
+
+static int post_slow(struct rig_qp *pub, enum rig__op op,
+		     const struct rig_region *src, size_t src_at,
+		     const struct rig_region *dst, size_t dst_at, size_t n)
+{
+	enum rig_side side = op == RIG__OP_RECEIVE ? RIG_RECEIVE : RIG_SEND;
+	struct rig__qp *qp = rig__qp(pub);
+	struct rig__ring *ring = &pub->ring[side];
+	int ret;
+
 	if (rig__qp_broken(pub) & RIG__CLOSED)
 		return rig__fail(EINVAL, "the queue pair is closing (rig_qp_close)");
 	if (qp->state != RIG__CONNECTED)
@@ -546,6 +657,9 @@ RIG_EXPORT __cold int rig__qp_post_slow(struct rig_qp *pub, enum rig__op op,
 		ring->head++;
 		return 0;
 	}
+	/* Beyond the NIC's depth, or a queue pair with entries waiting. */
+	if (qp->shallow)
+		return post_shallow(qp, op, src, src_at, dst, dst_at, n);
 	/* Nothing was wrong after all (another thread's event came and went
 	 * between the checks): post for real. */
 	switch (op) {
@@ -621,13 +735,254 @@ RIG_EXPORT __cold int rig__qp_post_refused(struct rig_qp *pub, enum rig__op op,
 					   const void *wr, const void *bad, int ret)
 {
 	enum rig_side side = op == RIG__OP_RECEIVE ? RIG_RECEIVE : RIG_SEND;
+	struct rig__qp *qp = rig__qp(pub);
 
-	if (!chain_taken(rig__qp(pub), wr, 1, 1, bad, ret) &&
-	    !post_refused_failed(rig__qp(pub), ret))
-		return rig__fail_verbs(ret, rig__qp(pub)->nic,
+	feed_lock(qp);
+	if (!chain_taken(qp, wr, 1, 1, bad, ret) && !post_refused_failed(qp, ret)) {
+		feed_unlock(qp);
+		return rig__fail_verbs(ret, qp->nic,
 				       side == RIG_RECEIVE ? "ibv_post_recv" : "ibv_post_send");
+	}
 	/* Accepted: its completion carries the failure (F5). */
 	pub->ring[side].head++;
+	feed_unlock(qp);
+	return 0;
+}
+
+/*
+ * Posts one request to the NIC now: @w, entry @seq of @side. Returns 0
+ * when the NIC took it or it counts as posted (a refused doorbell, a
+ * refusal that says the queue pair failed: F5), else the provider's
+ * errno (the entry was not taken).
+ */
+static int post_one(struct rig__qp *qp, enum rig_side side, uint32_t seq,
+		    const struct rig__waiting *w, uint32_t len)
+{
+	struct ibv_sge sge = { w->addr, len, w->lkey };
+	int ret;
+
+	if (side == RIG_RECEIVE) {
+		struct ibv_recv_wr wr = { .wr_id = seq, .sg_list = &sge, .num_sge = 1 }, *bad = NULL;
+
+		ret = ibv_post_recv(qp->pub.ibqp, &wr, &bad);
+		if (ret && !chain_taken(qp, &wr, sizeof(wr), 1, bad, ret) &&
+		    !post_refused_failed(qp, ret))
+			return ret;
+	} else {
+		struct ibv_send_wr wr, *bad = NULL;
+
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = seq;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.opcode = w->op == RIG__OP_READ ? IBV_WR_RDMA_READ : IBV_WR_SEND;
+		wr.wr.rdma.remote_addr = w->remote;
+		wr.wr.rdma.rkey = w->rkey;
+		ret = ibv_post_send(qp->pub.ibqp, &wr, &bad);
+		if (ret && !chain_taken(qp, &wr, sizeof(wr), 1, bad, ret) &&
+		    !post_refused_failed(qp, ret))
+			return ret;
+	}
+	return 0;
+}
+
+/*
+ * Posts up to @k waiting entries of @side from fed on, as one chain (one
+ * doorbell). Returns how many the NIC took (or count as posted, F5);
+ * fewer than @k when it refused the rest for a reason that fails nothing.
+ */
+static int post_chain(struct rig__qp *qp, enum rig_side side, int k)
+{
+	struct rig__ring *ring = &qp->pub.ring[side];
+	struct ibv_sge sge[RIG_BATCH_MAX];
+	uint32_t seq = qp->fed[side];
+	int i, ret, taken;
+
+	for (i = 0; i < k; i++) {
+		const struct rig__waiting *w = &qp->waiting[side][(seq + i) & RIG__MASK];
+
+		sge[i].addr = w->addr;
+		sge[i].length = ring->slot[(seq + i) & RIG__MASK].len;
+		sge[i].lkey = w->lkey;
+	}
+	if (side == RIG_RECEIVE) {
+		struct ibv_recv_wr wr[RIG_BATCH_MAX], *bad = NULL;
+
+		for (i = 0; i < k; i++) {
+			wr[i].wr_id = seq + i;
+			wr[i].next = i + 1 < k ? &wr[i + 1] : NULL;
+			wr[i].sg_list = &sge[i];
+			wr[i].num_sge = 1;
+		}
+		ret = ibv_post_recv(qp->pub.ibqp, wr, &bad);
+		taken = ret ? chain_taken(qp, wr, sizeof(wr[0]), k, bad, ret) : k;
+	} else {
+		struct ibv_send_wr wr[RIG_BATCH_MAX], *bad = NULL;
+
+		memset(wr, 0, k * sizeof(wr[0]));
+		for (i = 0; i < k; i++) {
+			const struct rig__waiting *w = &qp->waiting[side][(seq + i) & RIG__MASK];
+
+			wr[i].wr_id = seq + i;
+			wr[i].next = i + 1 < k ? &wr[i + 1] : NULL;
+			wr[i].sg_list = &sge[i];
+			wr[i].num_sge = 1;
+			wr[i].opcode = w->op == RIG__OP_READ ? IBV_WR_RDMA_READ : IBV_WR_SEND;
+			wr[i].wr.rdma.remote_addr = w->remote;
+			wr[i].wr.rdma.rkey = w->rkey;
+		}
+		ret = ibv_post_send(qp->pub.ibqp, wr, &bad);
+		taken = ret ? chain_taken(qp, wr, sizeof(wr[0]), k, bad, ret) : k;
+	}
+	if (taken < k && post_refused_failed(qp, ret))
+		taken = k;
+	return taken;
+}
+
+/* Nothing may go to the NIC: rig knows the queue pair failed, a flush
+ * (whose reason may not be known yet) said so, or it is closing (F2,
+ * F5, D3). */
+static bool sealed(const struct rig__qp *qp)
+{
+	return failed(qp) || qp->flushed ||
+	       (__atomic_load_n(&qp->pub.broken, __ATOMIC_ACQUIRE) &
+		(RIG__FAILED | RIG__EVENT | RIG__CLOSED));
+}
+
+/* Moves the entries waiting in ring @side to the NIC, oldest first, as
+ * far as its depth allows; feed_lock held. */
+static void feed_ring(struct rig__qp *qp, enum rig_side side)
+{
+	struct rig__ring *ring = &qp->pub.ring[side];
+	uint32_t room, left;
+	int k, taken;
+
+	while (qp->fed[side] != ring->head && !sealed(qp)) {
+		room = ring->depth - at_nic(qp, side);
+		if (!room) {
+			/* Completions free the NIC's slots once read. */
+			reap(qp, side);
+			if (sealed(qp))
+				break;
+			room = ring->depth - at_nic(qp, side);
+			if (!room)
+				break;
+		}
+		left = ring->head - qp->fed[side];
+		k = (int)(room < left ? room : left);
+		if (k > RIG_BATCH_MAX)
+			k = RIG_BATCH_MAX;
+		taken = post_chain(qp, side, k);
+		qp->fed[side] += taken;
+		if (taken < k)
+			break;	/* the provider refused for now: the next feed tries again */
+	}
+}
+
+/* Moves the waiting entries of both rings; feed_lock held. */
+static void feed(struct rig__qp *qp)
+{
+	if (!backlog(qp))
+		return;
+	feed_ring(qp, RIG_SEND);
+	feed_ring(qp, RIG_RECEIVE);
+}
+
+/* The owner, at the end of a slow path: once nothing waits on either
+ * ring, the inline code may post and poll again (feed_lock held). */
+static void settle(struct rig__qp *qp)
+{
+	if (backlog(qp) && qp->fed[RIG_SEND] == qp->pub.ring[RIG_SEND].head &&
+	    qp->fed[RIG_RECEIVE] == qp->pub.ring[RIG_RECEIVE].head)
+		__atomic_and_fetch(&qp->pub.broken, ~(uint32_t)RIG__BACKLOG, __ATOMIC_RELEASE);
+}
+
+void rig__qp_feed(struct rig__qp *qp)
+{
+	if (!qp->shallow || !backlog(qp))
+		return;
+	pthread_mutex_lock(&qp->feed_lock);
+	feed(qp);
+	pthread_mutex_unlock(&qp->feed_lock);
+}
+
+/* Makes room for @count entries of @side to wait, from head on; sets
+ * RIG__BACKLOG with fed at head on both rings if nothing waited yet. */
+static int wait_room(struct rig__qp *qp, enum rig_side side)
+{
+	if (!qp->waiting[side]) {
+		qp->waiting[side] = calloc(RIG__SLOTS, sizeof(*qp->waiting[side]));
+		if (!qp->waiting[side])
+			return rig__fail(ENOMEM, "no memory for the entries waiting beyond the NIC's depth");
+	}
+	if (!backlog(qp)) {
+		qp->fed[RIG_SEND] = qp->pub.ring[RIG_SEND].head;
+		qp->fed[RIG_RECEIVE] = qp->pub.ring[RIG_RECEIVE].head;
+		__atomic_or_fetch(&qp->pub.broken, RIG__BACKLOG, __ATOMIC_RELEASE);
+	}
+	return 0;
+}
+
+/* Whether an entry of @side posted now must wait: entries wait before
+ * it, or the NIC holds its depth (its CQ read first: reading frees). */
+static bool must_wait(struct rig__qp *qp, enum rig_side side, uint32_t count)
+{
+	const struct rig__ring *ring = &qp->pub.ring[side];
+
+	if (rig__qp_waiting(qp, side))
+		return true;
+	if (at_nic(qp, side) + count <= ring->depth)
+		return false;
+	reap(qp, side);
+	return at_nic(qp, side) + count > ring->depth;
+}
+
+/*
+ * A post of a queue pair whose rings are deeper than the NIC's queues,
+ * once post_slow checked it and found the queue pair healthy. The posts
+ * of either ring move the entries waiting first (rig(7) Q4).
+ */
+static int post_shallow(struct rig__qp *qp, enum rig__op op,
+			const struct rig_region *src, size_t src_at,
+			const struct rig_region *dst, size_t dst_at, size_t n)
+{
+	enum rig_side side = op == RIG__OP_RECEIVE ? RIG_RECEIVE : RIG_SEND;
+	struct rig__ring *ring = &qp->pub.ring[side];
+	uint32_t seq = ring->head;
+	struct rig__waiting w = {
+		.addr = (uintptr_t)(dst->addr + dst_at),
+		.lkey = dst->lkey,
+		.op = op,
+	};
+	int ret;
+
+	if (op == RIG__OP_READ) {
+		w.remote = (uintptr_t)(src->addr + src_at);
+		w.rkey = src->rkey;
+	}
+	ring->slot[seq & RIG__MASK].len = (uint32_t)n;
+	ring->slot[seq & RIG__MASK].cookie = 0;
+	feed(qp);
+	if (!sealed(qp) && must_wait(qp, side, 1)) {
+		if ((ret = wait_room(qp, side)))
+			return ret;
+		qp->waiting[side][seq & RIG__MASK] = w;
+		ring->head++;
+		feed(qp);
+		return 0;
+	}
+	/* The queue pair failed meanwhile (found by reading its CQs): F5. */
+	if (sealed(qp)) {
+		ring->head++;
+		return 0;
+	}
+	ret = post_one(qp, side, seq, &w, (uint32_t)n);
+	if (ret)
+		return rig__fail_verbs(ret, qp->nic,
+				       side == RIG_RECEIVE ? "ibv_post_recv" : "ibv_post_send");
+	ring->head++;
+	if (backlog(qp))
+		qp->fed[side]++;
 	return 0;
 }
 
@@ -714,8 +1069,79 @@ static int batch_posted(struct rig_qp *pub, enum rig_side side, const void *wr,
 			       side == RIG_SEND ? "ibv_post_send" : "ibv_post_recv");
 }
 
+/*
+ * A checked batch of a queue pair whose rings are deeper than the NIC's
+ * queues: accepted whole when the queue pair failed (F5); kept waiting,
+ * and what the NIC has room for posted, when it does not fit (rig(7)
+ * Q4). Returns @count then, or 0 to post the chain now.
+ */
+static int batch_shallow(struct rig_qp *pub, enum rig_side side,
+			 const struct rig_post *posts, int count)
+{
+	struct rig__qp *qp = rig__qp(pub);
+	struct rig__ring *ring = &pub->ring[side];
+	int i, ret;
+
+	if (!sealed(qp) && !must_wait(qp, side, (uint32_t)count))
+		return 0;
+	if (!sealed(qp)) {
+		if ((ret = wait_room(qp, side)))
+			return ret;
+		for (i = 0; i < count; i++)
+			qp->waiting[side][(ring->head + i) & RIG__MASK] = (struct rig__waiting){
+				.addr = (uintptr_t)(posts[i].region->addr + posts[i].at),
+				.lkey = posts[i].region->lkey,
+				.op = side == RIG_RECEIVE ? RIG__OP_RECEIVE : RIG__OP_SEND,
+			};
+	}
+	ring->head += count;
+	feed(qp);
+	return count;
+}
+
+static int send_batch(struct rig_qp *pub, const struct rig_post *posts, int count);
+static int receive_batch(struct rig_qp *pub, const struct rig_post *posts, int count);
+static int poll_batch(struct rig_qp *pub, enum rig_side side,
+		      struct rig_completion *c, uint64_t *cookies, int max);
+
+/* The batch calls of a queue pair whose rings are deeper than the NIC's
+ * queues run under feed_lock, after moving the entries waiting. */
+#define SHALLOW_CALL(pub, call)						\
+	do {								\
+		struct rig__qp *qp_;					\
+		int ret_;						\
+									\
+		if (!(pub) || likely(!rig__qp(pub)->shallow))		\
+			return call;					\
+		qp_ = rig__qp(pub);					\
+		pthread_mutex_lock(&qp_->feed_lock);			\
+		if (!(rig__qp_broken(pub) & RIG__CLOSED))		\
+			feed(qp_);					\
+		ret_ = call;						\
+		settle(qp_);						\
+		pthread_mutex_unlock(&qp_->feed_lock);			\
+		return ret_;						\
+	} while (0)
+
 RIG_EXPORT int rig_qp_send_batch(struct rig_qp *pub, const struct rig_post *posts,
 				 int count)
+{
+	SHALLOW_CALL(pub, send_batch(pub, posts, count));
+}
+
+RIG_EXPORT int rig_qp_receive_batch(struct rig_qp *pub, const struct rig_post *posts,
+				    int count)
+{
+	SHALLOW_CALL(pub, receive_batch(pub, posts, count));
+}
+
+RIG_EXPORT int rig_qp_poll_batch(struct rig_qp *pub, enum rig_side side,
+		      struct rig_completion *c, uint64_t *cookies, int max)
+{
+	SHALLOW_CALL(pub, poll_batch(pub, side, c, cookies, max));
+}
+
+static int send_batch(struct rig_qp *pub, const struct rig_post *posts, int count)
 {
 	struct ibv_send_wr wr[RIG_BATCH_MAX], *bad = NULL;
 	struct ibv_sge sge[RIG_BATCH_MAX];
@@ -723,6 +1149,8 @@ RIG_EXPORT int rig_qp_send_batch(struct rig_qp *pub, const struct rig_post *post
 
 	ret = batch_prepare(pub, RIG_SEND, posts, count, sge);
 	if (ret)
+		return ret;
+	if (rig__qp(pub)->shallow && (ret = batch_shallow(pub, RIG_SEND, posts, count)))
 		return ret;
 	memset(wr, 0, count * sizeof(wr[0]));
 	for (i = 0; i < count; i++) {
@@ -736,8 +1164,7 @@ RIG_EXPORT int rig_qp_send_batch(struct rig_qp *pub, const struct rig_post *post
 	return batch_posted(pub, RIG_SEND, wr, sizeof(wr[0]), count, bad, ret);
 }
 
-RIG_EXPORT int rig_qp_receive_batch(struct rig_qp *pub, const struct rig_post *posts,
-				    int count)
+static int receive_batch(struct rig_qp *pub, const struct rig_post *posts, int count)
 {
 	struct ibv_recv_wr wr[RIG_BATCH_MAX], *bad = NULL;
 	struct ibv_sge sge[RIG_BATCH_MAX];
@@ -745,6 +1172,8 @@ RIG_EXPORT int rig_qp_receive_batch(struct rig_qp *pub, const struct rig_post *p
 
 	ret = batch_prepare(pub, RIG_RECEIVE, posts, count, sge);
 	if (ret)
+		return ret;
+	if (rig__qp(pub)->shallow && (ret = batch_shallow(pub, RIG_RECEIVE, posts, count)))
 		return ret;
 	for (i = 0; i < count; i++) {
 		wr[i].wr_id = pub->ring[RIG_RECEIVE].head + i;
@@ -756,8 +1185,8 @@ RIG_EXPORT int rig_qp_receive_batch(struct rig_qp *pub, const struct rig_post *p
 	return batch_posted(pub, RIG_RECEIVE, wr, sizeof(wr[0]), count, bad, ret);
 }
 
-RIG_EXPORT int rig_qp_poll_batch(struct rig_qp *pub, enum rig_side side,
-				 struct rig_completion *c, uint64_t *cookies, int max)
+static int poll_batch(struct rig_qp *pub, enum rig_side side,
+		      struct rig_completion *c, uint64_t *cookies, int max)
 {
 	struct ibv_wc wc[RIG_BATCH_MAX];
 	struct rig__ring *ring;

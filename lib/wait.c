@@ -300,6 +300,33 @@ static bool still_armed(const struct rig__qp *qp, int side)
 	       qp->armed_tail[side] == qp->pub.ring[side].tail;
 }
 
+/*
+ * Arms the ring beside the one a wait sleeps on (@side's other), and
+ * makes this thread its sleeper (*@other set once it is), so that its
+ * completions wake the wait, whose poll then moves that ring's waiting
+ * entries to the NIC (rig(7) Q4). 0, or -errno if the arming failed.
+ */
+static int arm_other(struct rig__qp *qp, int side, bool *other)
+{
+	uint8_t bit = 1u << !side;
+	int ret;
+
+	if (!*other) {
+		rig__events_set_sleeper(qp, !side, &waiter.hooks);
+		*other = true;
+	}
+	if (still_armed(qp, !side))
+		return 0;
+	qp->armed_tail[!side] = qp->pub.ring[!side].tail;
+	__atomic_or_fetch(&qp->armed, bit, __ATOMIC_ACQ_REL);
+	ret = ibv_req_notify_cq(qp->pub.ring[!side].cq, 0);
+	if (ret) {
+		__atomic_and_fetch(&qp->armed, ~bit, __ATOMIC_RELEASE);
+		return rig__fail_verbs(ret, qp->nic, "ibv_req_notify_cq");
+	}
+	return 0;
+}
+
 static bool spin_stopped(const struct rig__spin *s)
 {
 	return s->misses >= RIG_SPIN_MISSES || s->mean_ns > RIG_SPIN_CAP_NS;
@@ -345,7 +372,7 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 	struct rig__qp *qp;
 	struct rig_loop *loop;
 	int64_t deadline, start, budget, now, slept_at = 0;
-	bool slept = false;
+	bool slept = false, other;
 	eventfd_t drained;
 	uint8_t bit;
 	int ret, woke;
@@ -388,6 +415,7 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 	if (ret)
 		return ret;
 	rig__events_set_sleeper(qp, side, &waiter.hooks);
+	other = false;
 	woke = 0;
 	for (;;) {
 		/* Before each sleep: what woke the last one, and events owed
@@ -432,6 +460,11 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 				break;
 			}
 		}
+		/* rig(7) Q4: entries waiting on the other ring go to the NIC
+		 * as its completions free room, and this wait moves them: it
+		 * wakes for the other ring's events too, while they wait. */
+		if (rig__qp_waiting(qp, !side) && (ret = arm_other(qp, side, &other)))
+			break;
 		ret = rig_qp_poll(pub, side, c);
 		now = rig__now_ns();
 		if (ret || deadline - now <= 0)
@@ -448,6 +481,8 @@ RIG_EXPORT int rig_qp_wait(struct rig_qp *pub, enum rig_side side, int64_t us,
 			break;
 	}
 	rig__events_set_sleeper(qp, side, NULL);
+	if (other)
+		rig__events_set_sleeper(qp, !side, NULL);
 	/* A wait that slept, from its first sleep on, and what it returns. */
 	if (RIG_PROBES_ON && slept)
 		RIG_PROBE(wait_slept, qp->self.qp, (int)side, rig__now_ns() - slept_at, ret);

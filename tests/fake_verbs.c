@@ -156,7 +156,9 @@ static int fake_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 			if (bnxt_poll_one(cq->fake, side_of(cq), w))
 				wc[i++] = *w;
 		}
-		return i + bnxt_flush(cq->fake, side_of(cq), n - i, wc + i);
+		i += bnxt_flush(cq->fake, side_of(cq), n - i, wc + i);
+		cq->given += i;
+		return i;
 	}
 	for (i = 0; i < n && cq->first < end;) {
 		w = &cq->wc[cq->first++];
@@ -165,6 +167,7 @@ static int fake_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		if (w->wr_id != FAKE_TERMINAL)
 			wc[i++] = *w;
 	}
+	cq->given += i;
 	return i;
 }
 
@@ -220,6 +223,19 @@ static void taken_after_failure(struct fake *f, enum rig_side side,
 }
 
 /* The outcome served its one post: the next one is accepted. */
+/* rig(7) Q4: the library never gives a NIC of depth d more than d
+ * requests of a ring whose CQEs it has not read. */
+static void check_depth(const struct fake *f, enum rig_side side)
+{
+	const struct fake_ring *ring = &f->ring[side];
+
+	if (f->depth && !f->nic_failed)
+		cr_assert_leq(ring->nreq - ring->cq.given, f->depth,
+			      "fake: the %s queue holds %zu requests whose CQEs rig has not "
+			      "read, over its depth of %u", side == RIG_SEND ? "send" : "receive",
+			      ring->nreq - ring->cq.given, f->depth);
+}
+
 static int served(struct fake_ring *ring)
 {
 	int ret = ring->outcome == FAKE_ACCEPT ? 0 : ring->ret;
@@ -256,6 +272,7 @@ static int fake_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 		      "fake: no request at index %d to refuse", ring->at);
 	if (ring->outcome == FAKE_DOORBELL)
 		*bad = NULL;
+	check_depth(f, RIG_SEND);
 	return served(ring);
 }
 
@@ -283,7 +300,18 @@ static int fake_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 		      "fake: no request at index %d to refuse", ring->at);
 	if (ring->outcome == FAKE_DOORBELL)
 		*bad = NULL;
+	check_depth(f, RIG_RECEIVE);
 	return served(ring);
+}
+
+void fake_depth(struct fake *f, uint32_t depth)
+{
+	int side;
+
+	for (side = RIG_SEND; side <= RIG_RECEIVE; side++)
+		f->q.pub.ring[side].depth = depth;
+	f->q.shallow = depth < RIG_RING_ENTRIES;
+	f->depth = f->q.shallow ? depth : 0;
 }
 
 void fake_reset(struct fake *f)
@@ -294,7 +322,9 @@ void fake_reset(struct fake *f)
 
 	rig__list_init(&f->nic.qps);
 	rig__list_init(&f->nic.regions);
-	memset(&f->q, 0, sizeof(f->q));
+	free(f->q.waiting[RIG_SEND]);
+	free(f->q.waiting[RIG_RECEIVE]);
+	memset(&f->q, 0, sizeof(f->q));	/* feed_lock: a mutex at rest */
 	f->q.nic = &f->nic;
 	f->q.state = RIG__CONNECTED;
 	rig__list_add(&f->nic.qps, &f->q.link);
@@ -311,6 +341,7 @@ void fake_reset(struct fake *f)
 		f->q.pub.ring[side].cq = &ring->cq.cq;
 		f->q.pub.ring[side].slot = slot[side];
 		ring->cq.first = ring->cq.last = 0;
+		ring->cq.given = 0;
 		ring->cq.fail = 0;
 		ring->cq.hold = 0;
 		ring->cq.polls = 0;
@@ -318,6 +349,7 @@ void fake_reset(struct fake *f)
 		ring->linked = false;
 		ring->outcome = FAKE_ACCEPT;
 	}
+	fake_depth(f, RIG_RING_ENTRIES);
 }
 
 struct fake *fake_new(void)
@@ -363,6 +395,7 @@ void fake_free(struct fake *f)
 
 	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
 		free(f->q.pub.ring[side].slot);
+		free(f->q.waiting[side]);
 		free(f->ring[side].cq.wc);
 		free(f->ring[side].req);
 	}

@@ -141,6 +141,7 @@ struct fake_cq {
 	size_t held;			/* CQEs from here on land ... */
 	int hold;			/* ... after this many more polls */
 	unsigned long polls;		/* ibv_poll_cq calls on it so far */
+	size_t given;			/* CQEs its polls gave the library */
 };
 
 struct fake_ring {
@@ -166,6 +167,7 @@ struct fake {
 	bool nic_failed;		/* the NIC wrote an error, a flush or a terminal CQE */
 	bool terminal;			/* bnxt_re: the NIC wrote its terminal CQE */
 	bool evented;			/* _K67: the kernel raised its event */
+	uint32_t depth;			/* fake_depth's, or 0 for the full depth */
 };
 
 #define FAKE_REGION_LEN 65536
@@ -178,6 +180,13 @@ void fake_free(struct fake *f);
 /* Makes @f what fake_new() returns again, keeping its memory; the slots
  * keep their stale contents, as a long-lived queue pair's do. */
 void fake_reset(struct fake *f);
+
+/* Makes the NIC's queues under both rings @depth deep (rig(7) Q4), as
+ * rig_nic_set_depth does for the queue pairs a NIC makes: entries beyond
+ * it wait in the ring. The fake fails a test whose library gives a
+ * queue more requests whose CQEs it has not read than @depth, while the
+ * queue pair is healthy. fake_reset() sets the full depth. */
+void fake_depth(struct fake *f, uint32_t depth);
 
 /* The outcome of the next post of @side (see enum fake_outcome). */
 void fake_refuse(struct fake *f, enum rig_side side, int at, int ret);

@@ -16,6 +16,7 @@ Test(args, C2_null_out_pointers)
 	cr_assert_eq(rig_qp_destroy(NULL), -EINVAL);
 	cr_assert_eq(rig_nic_close(NULL), -EINVAL);
 	cr_assert_eq(rig_nic_events(NULL), -EINVAL);
+	cr_assert_eq(rig_nic_set_depth(NULL, 8), -EINVAL);
 }
 
 /* C1: a constructor fills its out-pointer only on success. */

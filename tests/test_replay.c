@@ -1557,6 +1557,214 @@ ParameterizedTest(enum fake_profile *profile, replay, every_script_on_every_prof
 	cr_assert_geq(runs, 20, "%s: %d scripts", fake_profile_name[*profile], runs);
 }
 
+/* ------------------------------------------ rings deeper than the NIC */
+
+/* Requests the fake NIC took on @side so far. */
+static size_t taken(enum rig_side side)
+{
+	return f->ring[side].nreq;
+}
+
+/*
+ * Q4: at depth 2, ten sends and ten receives: the NIC takes two of each,
+ * and each completion read lets the next one go, in ring order, with the
+ * lengths posted; a poll of one ring moves the other's (the fake fails
+ * the test if the NIC ever holds more than 2 whose CQEs rig has not read).
+ */
+static void Q4_entries_beyond_the_depth_go_in_order(void)
+{
+	int i;
+
+	fake_depth(f, 2);
+	for (i = 0; i < 10; i++) {
+		post_one(RIG_SEND, 100 + i);
+		post_one(RIG_RECEIVE, 200 + i);
+	}
+	expect_room(RIG_SEND, RIG_RING_ENTRIES - 10);
+	cr_assert_eq(taken(RIG_SEND), 2, "the NIC took %zu sends, not 2", taken(RIG_SEND));
+	cr_assert_eq(taken(RIG_RECEIVE), 2, "the NIC took %zu receives", taken(RIG_RECEIVE));
+	/* Two messages land; a poll of the send ring moves two receives. */
+	fake_complete(f, RIG_RECEIVE, 2, IBV_WC_SUCCESS);
+	expect_none(RIG_SEND);
+	cr_assert_eq(taken(RIG_RECEIVE), 4, "a poll of the send ring moved %zu receives, not 2",
+		     taken(RIG_RECEIVE) - 2);
+	for (i = 0; i < 10; i++) {
+		if (f->ring[RIG_SEND].next <= (size_t)i)
+			fake_complete(f, RIG_SEND, 1, IBV_WC_SUCCESS);
+		expect_ok(RIG_SEND, 100 + i);
+		if (f->ring[RIG_RECEIVE].next <= (size_t)i)
+			fake_complete(f, RIG_RECEIVE, 1, IBV_WC_SUCCESS);
+		expect_ok(RIG_RECEIVE, 200 + i);
+	}
+	for (i = 0; i < 10; i++) {
+		cr_assert_eq(f->ring[RIG_SEND].req[i].wr_id, (uint64_t)i, "send %d went as %llu",
+			     i, (unsigned long long)f->ring[RIG_SEND].req[i].wr_id);
+		cr_assert_eq(f->ring[RIG_RECEIVE].req[i].length, 200u + i, "receive %d", i);
+	}
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	expect_room(RIG_SEND, RIG_RING_ENTRIES);
+	/* Nothing waits: the inline path is back. */
+	cr_assert_eq(f->q.pub.broken & RIG__BACKLOG, 0, "RIG__BACKLOG still set");
+}
+
+/*
+ * Q4, F3, F5: a failure with entries waiting on both rings. The NIC held
+ * two of each; the first send succeeded, the second failed. Every other
+ * entry of both rings, those the NIC held and those that never left the
+ * ring, completes with the failure's error, in order; nothing more goes
+ * to the NIC, and a post after the failure is accepted and completes the
+ * same way (F5).
+ */
+static void Q4_F3_failure_completes_the_waiting_entries_in_order(void)
+{
+	const char *why;
+	int i;
+
+	fake_depth(f, 2);
+	for (i = 0; i < 40; i++) {
+		post_one(RIG_SEND, 10 + i);
+		post_one(RIG_RECEIVE, 20);
+	}
+	fake_complete(f, RIG_SEND, 1, IBV_WC_SUCCESS);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_RETRY_EXC_ERR);
+	expect_ok(RIG_SEND, 10);
+	why = expect(RIG_SEND, -ETIMEDOUT, 0);
+	expect_failure(-ETIMEDOUT, IBV_WC_RETRY_EXC_ERR);
+	post_one(RIG_SEND, 7);
+	post_one(RIG_RECEIVE, 7);
+	expect_failed(RIG_SEND, 39, -ETIMEDOUT, why);
+	expect_failed(RIG_RECEIVE, 41, -ETIMEDOUT, why);
+	expect_none(RIG_SEND);
+	expect_none(RIG_RECEIVE);
+	/* The NIC took one more send once the first CQE was read, no more. */
+	cr_assert_leq(taken(RIG_SEND), 3, "%zu sends reached the NIC", taken(RIG_SEND));
+	cr_assert_eq(taken(RIG_RECEIVE), 2, "%zu receives reached the NIC", taken(RIG_RECEIVE));
+	expect_room(RIG_SEND, RIG_RING_ENTRIES);
+	expect_room(RIG_RECEIVE, RIG_RING_ENTRIES);
+}
+
+/* The same, the failure found first on the receive ring, by a poll of
+ * the send ring (the reason is on the other ring, F3). */
+static void Q4_F3_failure_on_the_receive_ring_found_by_the_send_ring(void)
+{
+	const char *why;
+	int i;
+
+	fake_depth(f, 3);
+	for (i = 0; i < 30; i++) {
+		post_one(RIG_SEND, 1);
+		post_one(RIG_RECEIVE, 8);
+	}
+	fake_complete(f, RIG_RECEIVE, 1, IBV_WC_LOC_LEN_ERR);	/* a message too long */
+	why = expect(RIG_SEND, -EMSGSIZE, 0);
+	expect_failure(-EMSGSIZE, IBV_WC_LOC_LEN_ERR);
+	expect_failed(RIG_SEND, 29, -EMSGSIZE, why);
+	cr_assert_eq(expect(RIG_RECEIVE, -EMSGSIZE, 0), why, "the failing receive");
+	expect_failed(RIG_RECEIVE, 29, -EMSGSIZE, why);
+	expect_none(RIG_RECEIVE);
+	cr_assert_eq(taken(RIG_SEND), 3, "%zu sends reached the NIC", taken(RIG_SEND));
+	cr_assert_eq(taken(RIG_RECEIVE), 3, "%zu receives reached the NIC", taken(RIG_RECEIVE));
+}
+
+/* Q4, F1: an async event with entries waiting: they never reach the NIC
+ * and complete with the event's error, after those the NIC held. */
+static void Q4_F1_event_with_entries_waiting(void)
+{
+	static const char why[] = "QP_FATAL, injected";
+	int i;
+
+	fake_depth(f, 1);
+	for (i = 0; i < 5; i++)
+		post_one(RIG_SEND, 1);
+	fake_event(f, EIO, why);
+	post_one(RIG_SEND, 1);
+	expect_failed(RIG_SEND, 6, -EIO, why);
+	expect_none(RIG_SEND);
+	cr_assert_eq(taken(RIG_SEND), 1, "%zu sends reached the NIC", taken(RIG_SEND));
+}
+
+/* Q4, C2: batches beyond the depth wait whole and keep their cookies;
+ * room is the ring's (Q1), -ENOSPC only when the ring is full. */
+static void Q4_batches_beyond_the_depth(void)
+{
+	struct rig_completion c[RIG_BATCH_MAX];
+	uint64_t cookie[RIG_BATCH_MAX];
+	struct rig_post p[RIG_BATCH_MAX];
+	int i, n, got = 0;
+
+	fake_depth(f, 3);
+	batch(p, 10, 30, 1000);
+	cr_assert_eq(rig_qp_send_batch(f->qp, p, 10), 10, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_receive_batch(f->qp, p, 10), 10, "%s", rig_errmsg());
+	cr_assert_eq(taken(RIG_SEND), 3, "%zu sends", taken(RIG_SEND));
+	cr_assert_eq(taken(RIG_RECEIVE), 3, "%zu receives", taken(RIG_RECEIVE));
+	while (got < 10) {
+		fake_complete(f, RIG_SEND, (int)(taken(RIG_SEND) - f->ring[RIG_SEND].next),
+			      IBV_WC_SUCCESS);
+		n = rig_qp_poll_batch(f->qp, RIG_SEND, c, cookie, RIG_BATCH_MAX);
+		cr_assert_gt(n, 0, "poll_batch: %d (%s)", n, rig_errmsg());
+		for (i = 0; i < n; i++, got++) {
+			cr_assert_eq(c[i].error, 0, "entry %d failed", got);
+			cr_assert_eq(c[i].bytes, 30u + got, "entry %d: %u bytes", got, c[i].bytes);
+			cr_assert_eq(cookie[i], 1000u + got, "entry %d: cookie", got);
+		}
+	}
+	for (i = 0; i < RIG_RING_ENTRIES - 10; i++)
+		post_one(RIG_RECEIVE, 1);
+	expect_room(RIG_RECEIVE, 0);
+	cr_assert_eq(rig_qp_receive(f->qp, &f->r, 0, 1), -ENOSPC, "a full ring");
+	cr_assert_eq(taken(RIG_RECEIVE), 3, "%zu receives", taken(RIG_RECEIVE));
+}
+
+/* Q4, F2: a flush says the queue pair failed before its reason is seen:
+ * the flushed entries' room goes to no waiting entry (the reason then
+ * found, on the other ring, is the failure of them all, F3). */
+static void Q4_F2_nothing_follows_a_flush(void)
+{
+	const char *why;
+	int i;
+
+	fake_depth(f, 2);
+	for (i = 0; i < 6; i++)
+		post_one(RIG_RECEIVE, 4);
+	fake_complete(f, RIG_RECEIVE, 2, IBV_WC_WR_FLUSH_ERR);
+	why = expect(RIG_RECEIVE, -ECANCELED, 0);
+	expect_failed(RIG_RECEIVE, 5, -ECANCELED, why);
+	expect_none(RIG_RECEIVE);
+	cr_assert_eq(taken(RIG_RECEIVE), 2, "%zu receives reached the NIC", taken(RIG_RECEIVE));
+}
+
+static const struct script shallow_scripts[] = {
+#define SCRIPT(name, profiles) { #name, name, profiles }
+	SCRIPT(Q4_entries_beyond_the_depth_go_in_order, ALL),
+	SCRIPT(Q4_F3_failure_completes_the_waiting_entries_in_order, ALL),
+	SCRIPT(Q4_F3_failure_on_the_receive_ring_found_by_the_send_ring, ALL & ~NIC & ~BNXT),
+	SCRIPT(Q4_F1_event_with_entries_waiting, ALL),
+	SCRIPT(Q4_batches_beyond_the_depth, ALL),
+	SCRIPT(Q4_F2_nothing_follows_a_flush, ALL & ~NIC & ~BNXT),
+#undef SCRIPT
+};
+
+ParameterizedTestParameters(replay, Q4_shallow_scripts_on_every_profile)
+{
+	return profiles();
+}
+
+ParameterizedTest(enum fake_profile *profile, replay, Q4_shallow_scripts_on_every_profile)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(shallow_scripts) / sizeof(shallow_scripts[0]); i++) {
+		if (!(shallow_scripts[i].profiles & 1u << *profile))
+			continue;
+		fake_reset(f);
+		fake_profile(f, *profile);
+		cr_log_info("%s: %s", fake_profile_name[*profile], shallow_scripts[i].name);
+		shallow_scripts[i].run();
+	}
+}
+
 /* ---------------------------------------------------- generated orders */
 
 /*

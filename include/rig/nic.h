@@ -103,6 +103,19 @@ int rig_nic_query(const struct rig_nic *nic, struct rig_nic_info *info);
  */
 int64_t rig_nic_qp_pinned(const struct rig_nic *nic);
 
+/**
+ * rig_nic_set_depth - how many entries of each ring the NIC's queues hold,
+ * for the queue pairs @nic makes from then on (rig(7) Q4)
+ *
+ * @depth: 1 to RIG_RING_ENTRIES (the default, or RIG_QP_DEPTH=N in the
+ * environment when the NIC opened). A ring keeps its RIG_RING_ENTRIES
+ * entries (Q1) at any depth: entries beyond it wait in the ring, in
+ * order, and go to the NIC as its completions free room. Queue pairs made
+ * before keep theirs. Any thread may call it. Returns 0, or -EINVAL for a
+ * NULL @nic or a depth out of range (the setting is unchanged).
+ */
+int rig_nic_set_depth(struct rig_nic *nic, int depth);
+
 /* How much rig tells of what it does; see rig_set_log(). */
 enum rig_log_level {
 	RIG_LOG_OFF = 0,

@@ -6,8 +6,9 @@
  * library calls; the hot path (room, send, read, receive, poll) is inline
  * code over libibverbs' own inlines, so a post or a poll costs what raw verbs
  * cost plus a few compares. Every rare case (a caller's mistake, a full
- * ring, a failed queue pair, an error completion) goes to one out-of-line
- * function, rig__qp_post_slow() or rig__qp_poll_slow().
+ * ring, a ring beyond its NIC's depth, a failed queue pair, an error
+ * completion) goes to one out-of-line function, rig__qp_post_slow() or
+ * rig__qp_poll_slow().
  */
 #include <errno.h>
 #include <stddef.h>
@@ -40,7 +41,11 @@ struct rig_nic;
  * (a % 4095 costs two dozen instructions a post). Entry s is due while
  * tail <= s < head; entries [tail, tail + ahead) already have their result
  * in their slot, taken from the CQ early (to find a failure reported on
- * the other ring) or filled in by the library (rig(7) F6).
+ * the other ring) or filled in by the library (rig(7) F6). The NIC's queue
+ * under the ring holds depth entries (RIG_RING_ENTRIES unless the NIC was
+ * set shallower, rig_nic_set_depth): a post with depth entries due goes
+ * to the slow path, which posts it to the NIC if the NIC has room, or
+ * keeps it in the ring, in order, until completions free some (rig(7) Q4).
  */
 #define RIG__SLOTS 4096u
 #define RIG__MASK (RIG__SLOTS - 1)
@@ -57,7 +62,8 @@ struct rig__ring {
 	uint32_t head;		/* sequence number of the next post */
 	uint32_t tail;		/* oldest entry whose completion is not taken */
 	uint32_t ahead;		/* reaped, not taken, from tail on */
-	uint32_t pad;
+	uint32_t depth;		/* the NIC's queue under the ring (rig(7) Q4):
+				 * a post with this many due goes out of line */
 };
 
 /*
@@ -316,7 +322,8 @@ RIG_INLINE int rig_qp_room(const struct rig_qp *qp, enum rig_side side)
  *
  * Returns 0; -EINVAL if @qp is not connected, @r is not a live region of
  * @qp's NIC, the bytes do not lie in @r or @n is over the message limit;
- * -ENOSPC if the send ring is full. On error nothing is posted.
+ * -ENOSPC if the send ring is full. On error nothing is posted. An entry
+ * beyond the NIC's depth waits in the ring (rig(7) Q4).
  */
 RIG_INLINE int rig_qp_send(struct rig_qp *qp, const struct rig_region *r,
 			   size_t at, size_t n)
@@ -326,7 +333,7 @@ RIG_INLINE int rig_qp_send(struct rig_qp *qp, const struct rig_region *r,
 	int ret;
 
 	if (RIG__UNLIKELY(rig__qp_bad_span(qp, r, at, n) |
-			  (rig__ring_used(q) >= RIG_RING_ENTRIES) |
+			  (rig__ring_used(q) >= q->depth) |
 			  (rig__qp_broken(qp) != 0)))
 		return rig__qp_post_slow(qp, RIG__OP_SEND, NULL, 0, r, at, n);
 
@@ -368,7 +375,7 @@ RIG_INLINE int rig_qp_read(struct rig_qp *qp, const struct rig_region *src,
 
 	if (RIG__UNLIKELY(rig__qp_bad_span(qp, src, src_at, n) |
 			  rig__qp_bad_span(qp, dst, dst_at, n) | !qp->local |
-			  (rig__ring_used(q) >= RIG_RING_ENTRIES) |
+			  (rig__ring_used(q) >= q->depth) |
 			  (rig__qp_broken(qp) != 0)))
 		return rig__qp_post_slow(qp, RIG__OP_READ, src, src_at, dst,
 					 dst_at, n);
@@ -410,7 +417,7 @@ RIG_INLINE int rig_qp_receive(struct rig_qp *qp, const struct rig_region *r,
 	int ret;
 
 	if (RIG__UNLIKELY(rig__qp_bad_span(qp, r, at, n) |
-			  (rig__ring_used(q) >= RIG_RING_ENTRIES) |
+			  (rig__ring_used(q) >= q->depth) |
 			  (rig__qp_broken(qp) != 0)))
 		return rig__qp_post_slow(qp, RIG__OP_RECEIVE, NULL, 0, r, at, n);
 
