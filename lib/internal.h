@@ -483,6 +483,20 @@ void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 void rig__qp_feed(struct rig__qp *qp);
 /* ring.c: @qp has entries waiting beyond the NIC's depth on ring @side. */
 bool rig__qp_waiting(const struct rig__qp *qp, int side);
+/* ring.c, for post.c (the slow posts above it): whether @qp failed; its
+ * backlog (rig(7) Q4), the next entry of @side to go to the NIC and the
+ * entries the NIC holds unread; feed_lock, taken when @qp is shallow; a
+ * CQE reaped, a ring reaped; the slow poll. */
+int rig__ring_failed(const struct rig__qp *qp);
+bool rig__ring_backlog(const struct rig__qp *qp);
+uint32_t rig__ring_fed(const struct rig__qp *qp, int side);
+uint32_t rig__ring_at_nic(const struct rig__qp *qp, int side);
+void rig__ring_feed_lock(struct rig__qp *qp);
+void rig__ring_feed_unlock(struct rig__qp *qp);
+void rig__ring_reap_one(struct rig__qp *qp, enum rig_side side, const struct ibv_wc *wc);
+void rig__ring_reap(struct rig__qp *qp, enum rig_side side);
+int rig__ring_poll_slow(struct rig_qp *pub, enum rig_side side, const struct ibv_wc *wc,
+			int n, bool drained, struct rig_completion *c);
 /* ring.c: one liveness pass over @qp, on its loop's thread: reads the
  * CQE of its last probe if its send ring is idle, and posts the next
  * probe if none is out. Returns the -errno the probe's CQE failed @qp
