@@ -234,6 +234,14 @@ void conn_end(struct conn *c, int result)
 	conn_free(c);
 }
 
+/* A connection no handshake began for (its dial refused before any
+ * step): it goes as conn_end() says, without a conn_done to tell. */
+void conn_discard(struct conn *c, int result)
+{
+	c->started = 0;
+	conn_end(c, result);
+}
+
 /* A failed dial's news was handed out (loop->lock held): conn_strip
  * left nothing else of it. */
 static void free_when_handed(struct rig__news *n)

@@ -254,6 +254,7 @@ struct rdma_cm_id *id_take(struct conn *c);
 struct conn *conn_new(struct rig_loop *loop, bool blocking, uint64_t cookie);
 void conn_set_home(struct conn *c, enum conn_home home, struct rig__list *list);
 void conn_end(struct conn *c, int result);
+void conn_discard(struct conn *c, int result);
 void conn_fail(struct conn *c, int err);
 void conn_finish(struct conn *c);
 void conn_up(struct conn *c);

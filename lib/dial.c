@@ -39,8 +39,7 @@ RIG_EXPORT __cold int rig_loop_dial(struct rig_loop *loop, const char *addr, uin
 	if (!ret)
 		ret = dial_id(c, loop->cm, addr, port, &c->dst);
 	if (ret) {
-		c->started = 0;		/* no handshake began: no conn_done */
-		conn_end(c, ret);
+		conn_discard(c, ret);
 		pthread_mutex_unlock(&loop->cm_lock);
 		return ret;
 	}
@@ -76,8 +75,7 @@ RIG_EXPORT __cold int rig_dial(struct rig_nic *nic, const char *addr, uint16_t p
 	ret = rig__events_new_cm_channel(&ch);
 	if (ret) {
 		pthread_mutex_lock(&loop->cm_lock);
-		c->started = 0;		/* no handshake began: no conn_done */
-		conn_end(c, ret);
+		conn_discard(c, ret);
 		pthread_mutex_unlock(&loop->cm_lock);
 		return ret;
 	}
