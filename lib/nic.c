@@ -364,15 +364,20 @@ RIG_EXPORT __cold int rig_nic_open(const char *name, struct rig_nic **out)
 	rig__list_init(&nic->regions);
 	nic->spin_ns = RIG_SPIN_ADAPTIVE;
 	nic->depth = env_depth(nic);
-	ret = rig__loop_open(nic, &nic->own);
+	ret = rig__sink_register(nic, nic->pd);
 	if (ret)
 		goto out_device;
+	ret = rig__loop_open(nic, &nic->own);
+	if (ret)
+		goto out_sink;
 	log_opened(nic);
 	/* Devices rejected on the way leave no message behind. */
 	rig__clear_error();
 	*out = nic;
 	return 0;
 
+out_sink:
+	rig__sink_free(nic);
 out_device:
 	pthread_mutex_destroy(&nic->lock);
 	ibv_dealloc_pd(nic->pd);
@@ -407,6 +412,10 @@ RIG_EXPORT __cold int rig_nic_close(struct rig_nic *nic)
 		rig__list_del(&reg->link);
 	}
 	rig__regions_free(nic);
+	/* After the loops: no queue pair of ours probes from it any more. */
+	r = rig__sink_free(nic);
+	if (r && !ret)
+		ret = r;
 	r = ibv_dealloc_pd(nic->pd);
 	if (r && !ret)
 		ret = rig__fail_verbs(r, nic, "ibv_dealloc_pd");
