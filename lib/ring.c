@@ -361,23 +361,24 @@ void rig__ring_reap(struct rig__qp *qp, enum rig_side side)
  *
  * Why one byte to the sink, not zero bytes with the sink's key. The
  * IBTA lets the responder skip the R_Key check of a zero-length write
- * (volume 1, compliance statement C9-88), and rxe does skip it (rxe_resp.c,
+ * (volume 1, compliance statement 9-88), and rxe does skip it (rxe_resp.c,
  * check_rkey: a RETH of length 0 goes to execute with no key looked up),
  * so on rxe a zero-length write takes any key, and a key the peer never
  * registered passes unseen. On bnxt_re and mlx5 that check is the NIC's
  * firmware, which no provider source shows: whether a zero-length write
- * with rkey 0 is taken there rests on the firmware following C9-88, and
+ * with rkey 0 is taken there rests on the firmware following 9-88, and
  * rig has not been run there. rdma-core tests a zero-size write only
  * with a valid key (tests/test_qpex.py, test_qp_ex_rc_rdma_write_zero_size:
  * one SGE of length 0, the server MR's rkey and address). A write of one
- * byte into a region that grants remote write is the plainest request
- * there is, checked the same way by every provider (rxe: check_rkey
- * looks the key up and checks the range), and is what UCX sends for the
- * same purpose: uct_rc_verbs_ep_post_flush (src/uct/ib/rc/verbs/
- * rc_verbs_ep.c) writes one byte to a buffer its peer advertised, "some
- * adapters do not support 0-size RDMA_WRITE". So a key that is wrong
+ * byte into a region that grants remote write is the request every RDMA
+ * application makes, whose key a NIC must check to place the byte (rxe:
+ * check_rkey looks it up and checks the range). It is also what UCX's rc
+ * transport posts as its flush: uct_rc_verbs_ep_post_flush (src/uct/ib/
+ * rc/verbs/rc_verbs_ep.c) writes one byte to a buffer its peer
+ * advertised, "Send small RDMA_WRITE as a flush operation (some adapters
+ * do not support 0-size RDMA_WRITE or inline sends)". So a wrong key
  * fails the probe with a remote access error on every device, rxe
- * included (tests/test_live.c), rather than nowhere that can be shown.
+ * included (tests/test_live.c), where rig 0.3's passed unseen on rxe.
  * A "rig2" peer keeps the zero-length probe it opted into: rig 0.3's
  * own, taken by rxe, and the only one such a peer can take, having
  * advertised no memory.
