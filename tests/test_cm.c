@@ -681,7 +681,7 @@ Test(cm, listener_close_drops_a_connection_gone_before_accept_took_it, .timeout 
 /* ---- M4: who counts as local is not the peer's to say --------------------- */
 
 /* @qp grants its peer nothing: no remote access but the write access the
- * peer's zero-length liveness probes need (rig(7) L1; no region of rig
+ * peer's liveness probes need (rig(7) L1; no region of the application's
  * grants remote write, so a write with bytes fails at the region:
  * M4_L1_zero_length_write_taken_a_write_with_bytes_refused), no reads
  * served, and reads of its own are refused (P3) and post nothing. */
@@ -917,13 +917,14 @@ static struct ibv_wc raw_wc_of(struct ibv_cq *cq)
 
 /*
  * M4, L1: the queue pair of a connection by address takes RDMA WRITEs, for
- * its peer's liveness probes are zero-length ones, yet nobody may write
- * its memory. A raw-verbs client connects to a rig listener (rdma_cm, a
- * rig endpoint of its own queue pair) and knows a rig region's address
- * and rkey: its zero-length write succeeds, and the rig side sees no
- * completion and no failure; its 64-byte write with the stolen rkey is
- * refused by the region (REM_ACCESS_ERR: no region grants remote write),
- * and the region's bytes are unchanged.
+ * its peer's liveness probes (rig 0.3's zero-length ones here, from a
+ * "rig1" peer), yet nobody may write the application's memory. A
+ * raw-verbs client connects to a rig listener (rdma_cm, a rig endpoint
+ * of its own queue pair) and knows a rig region's address and rkey: its
+ * zero-length write succeeds, and the rig side sees no completion and
+ * no failure; its 64-byte write with the stolen rkey is refused by the
+ * region (REM_ACCESS_ERR: no region of the application's grants remote
+ * write), and the region's bytes are unchanged.
  */
 Test(cm, M4_L1_zero_length_write_taken_a_write_with_bytes_refused)
 {

@@ -3,13 +3,15 @@
 #define RIG_CM_H
 /*
  * Connecting by address, with librdmacm. The two sides exchange their
- * endpoints (the 30-byte wire form, after a 4-byte tag "rig2", then the
- * MTU code of their port) in the connection manager's private data and
- * connect as rig_qp_connect() does, so the queue pairs follow exactly the
- * rules of rig(7) M3 and M4, with the smaller MTU of the two as their path
- * MTU. They also accept rig_cm_pack()'s form, which gives no MTU (rig(7)
- * CONNECTIONS BY ADDRESS), and a listener answers in the request's form.
- * The peer's private data is untrusted: rig_cm_parse_mtu() reads it.
+ * endpoints (the 30-byte wire form, after a 4-byte tag "rig3", then the
+ * MTU code of their port and their sink for the liveness probes) in the
+ * connection manager's private data and connect as rig_qp_connect()
+ * does, so the queue pairs follow exactly the rules of rig(7) M3 and M4,
+ * with the smaller MTU of the two as their path MTU. They also accept
+ * rig_cm_pack_mtu()'s and rig_cm_pack()'s forms, which give no sink or
+ * no MTU (rig(7) CONNECTIONS BY ADDRESS), and a listener answers in the
+ * request's form. The peer's private data is untrusted:
+ * rig_cm_parse_sink() reads it.
  * rig-wire(7) is the protocol, for a peer that is not rig.
  *
  * A connection owns its queue pair: rig_qp_destroy() disconnects it.
