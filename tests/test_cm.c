@@ -794,9 +794,10 @@ Test(cm, M4_P3_a_listener_claiming_our_gid_and_qpn_gets_no_access)
 	d.nic = dn;
 	cr_assert_eq(pthread_create(&t, NULL, dial_one, &d), 0);
 	raw_expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST, &req);
-	/* rig_dial's form: "rig2", the endpoint, its port's MTU code */
-	cr_assert_geq(req.len, 35, "the request's private data: %zu bytes", req.len);
-	cr_assert_eq(memcmp(req.priv, "rig2", 4), 0, "the request's private data's tag");
+	/* rig_dial's form: "rig3", the endpoint, its port's MTU code, its sink */
+	cr_assert_geq(req.len, RIG_CM_PRIVATE_SINK, "the request's private data: %zu bytes",
+		      req.len);
+	cr_assert_eq(memcmp(req.priv, "rig3", 4), 0, "the request's private data's tag");
 	cr_assert_eq(rig_endpoint_unpack(req.priv + 4, RIG_ENDPOINT_WIRE, &claim), 0,
 		     "the request's endpoint");
 	rig_cm_pack(&claim, priv);	/* the dialer's own endpoint, sent back */
