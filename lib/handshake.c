@@ -191,7 +191,7 @@ int handshake_make_and_connect(struct conn *c)
 static int our_param(struct conn *c, struct rdma_conn_param *param)
 {
 	struct rig_nic *nic = c->loop->nic;
-	struct rig_cm_sink sink = { nic->sink_mr->rkey, (uintptr_t)nic->sink };
+	struct rig_cm_sink sink = { rig__sink_mr(c->qp)->rkey, (uintptr_t)nic->sink };
 	struct ibv_port_attr pattr;
 	struct rig_endpoint self;
 	uint8_t mtu;

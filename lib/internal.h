@@ -481,11 +481,18 @@ static inline struct rig__qp *rig__qp(struct rig_qp *qp)
 /* region.c: gives back the handles of @nic's regions, once their MRs
  * are deregistered. */
 void rig__regions_free(struct rig_nic *nic);
-/* region.c: @nic's sink, registered in @pd (rig-wire(7) LIVENESS);
- * 0 or -errno. rig__sink_free deregisters and frees it. */
+/* region.c: registers @nic's sink (made on the first call) in @pd, the
+ * MR in *@mr (rig-wire(7) LIVENESS); 0 or -errno. rig__sink_free
+ * deregisters and frees it. */
 #define RIG__SINK_SIZE 64
-int rig__sink_register(struct rig_nic *nic, struct ibv_pd *pd);
+int rig__sink_register(struct rig_nic *nic, struct ibv_pd *pd, struct ibv_mr **mr);
 int rig__sink_free(struct rig_nic *nic);
+/* The sink's registration in @qp's protection domain: its rkey goes to
+ * the peer, its lkey is the source of @qp's probes. */
+static inline struct ibv_mr *rig__sink_mr(const struct rig__qp *qp)
+{
+	return qp->nic->sink_mr;
+}
 
 
 /* ring.c: records @qp's first failure (rig(7) F3), and tells both rings'

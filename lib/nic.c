@@ -364,21 +364,20 @@ RIG_EXPORT __cold int rig_nic_open(const char *name, struct rig_nic **out)
 	rig__list_init(&nic->regions);
 	nic->spin_ns = RIG_SPIN_ADAPTIVE;
 	nic->depth = env_depth(nic);
-	ret = rig__sink_register(nic, nic->pd);
+	ret = rig__sink_register(nic, nic->pd, &nic->sink_mr);
 	if (ret)
 		goto out_device;
 	ret = rig__loop_open(nic, &nic->own);
 	if (ret)
-		goto out_sink;
+		goto out_device;
 	log_opened(nic);
 	/* Devices rejected on the way leave no message behind. */
 	rig__clear_error();
 	*out = nic;
 	return 0;
 
-out_sink:
-	rig__sink_free(nic);
 out_device:
+	rig__sink_free(nic);
 	pthread_mutex_destroy(&nic->lock);
 	ibv_dealloc_pd(nic->pd);
 	ibv_close_device(nic->ctx);

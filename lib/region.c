@@ -170,23 +170,22 @@ RIG_EXPORT __cold int rig_region_deregister(struct rig_region *r)
  * the handshakes run on several loops' threads and the helper, which
  * would need a lock and a failure path each for it, while it costs one
  * registration and one pinned page per NIC, nothing next to a queue
- * pair (M1). Registered in @pd only here, so that it can go to another
- * protection domain, the one of the queue pairs that face other hosts.
+ * pair (M1). Registered in a protection domain only here, and read
+ * through rig__sink_mr(qp), so that a NIC with a second domain, for the
+ * queue pairs that face other hosts, registers it there too and gives
+ * each queue pair its own domain's keys.
  */
-int rig__sink_register(struct rig_nic *nic, struct ibv_pd *pd)
+int rig__sink_register(struct rig_nic *nic, struct ibv_pd *pd, struct ibv_mr **mr)
 {
 	int ret;
 
-	nic->sink = aligned_alloc(RIG__SINK_SIZE, RIG__SINK_SIZE);
-	if (!nic->sink)
+	if (!nic->sink && !(nic->sink = aligned_alloc(RIG__SINK_SIZE, RIG__SINK_SIZE)))
 		return rig__fail(ENOMEM, "rig_nic_open: out of memory");
 	memset(nic->sink, 0, RIG__SINK_SIZE);
-	nic->sink_mr = ibv_reg_mr(pd, nic->sink, RIG__SINK_SIZE,
-				  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	if (!nic->sink_mr) {
+	*mr = ibv_reg_mr(pd, nic->sink, RIG__SINK_SIZE,
+			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!*mr) {
 		ret = errno ? errno : ENOMEM;
-		free(nic->sink);
-		nic->sink = NULL;
 		return rig__fail(ret, "ibv_reg_mr of the %d-byte liveness sink refused by %s: %s%s",
 				 RIG__SINK_SIZE, nic->name, strerror(ret),
 				 ret == ENOMEM ? " (see RLIMIT_MEMLOCK)" : "");

@@ -414,7 +414,7 @@ int rig__qp_probe(struct rig__qp *qp)
 	if (qp->probe_sink) {
 		sge.addr = (uintptr_t)qp->nic->sink;
 		sge.length = 1;
-		sge.lkey = qp->nic->sink_mr->lkey;
+		sge.lkey = rig__sink_mr(qp)->lkey;
 		wr.sg_list = &sge;
 		wr.num_sge = 1;
 		wr.wr.rdma.remote_addr = qp->probe_addr;
