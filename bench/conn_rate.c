@@ -10,8 +10,9 @@
  * The exchange, both ways: the client resolves the address and route,
  * makes a queue pair (two CQs of 4095 entries on a completion channel,
  * armed; 4095 send and receive entries) and sends its endpoint (the tag
- * "rig1", then qp, psn, gid, mac: 34 bytes; rig sends "rig2" and one
- * byte more, its port's MTU) in the CM private data; the
+ * "rig1", then qp, psn, gid, mac: 34 bytes; rig sends "rig3" and 13
+ * bytes more, its port's MTU and its sink's rkey and address) in the CM
+ * private data; the
  * server, on the request, makes a queue pair likewise, takes it
  * RESET->INIT->RTR->RTS towards the client's endpoint and accepts with its
  * own; the client, on the response, takes its queue pair to RTS and calls

@@ -5,8 +5,8 @@
  * dials rig-echo, sends MSGS messages one at a time, of sizes from 1 to
  * MAXSIZE bytes, and checks that each comes back the same, byte for byte.
  *
- *	raw-client -a ADDR -p PORT [-w rig1|rig2] [-n MSGS] [-s MAXSIZE]
- *		   [-i MS] [-t MS] [-R]
+ *	raw-client -a ADDR -p PORT [-w rig1|rig2|rig3] [-n MSGS] [-s MAXSIZE]
+ *		   [-i MS] [-t MS] [-R] [-K]
  *
  * The steps are rig-wire(7)'s WHO OWNS WHICH QUEUE PAIR, in order: the
  * queue pair is ours (ibv_create_qp, attached to no rdma_cm id, so that
@@ -14,11 +14,18 @@
  * request's private data in the form -w names, and we take the queue
  * pair to RTR and RTS ourselves from rig's endpoint, then establish.
  *
- * The "rig2" form opts into rig's liveness probes, zero-length RDMA
- * WRITEs (rig-wire(7) LIVENESS): the queue pair grants remote write, and
- * registers no memory that grants it. -R leaves the grant out, to show
- * what that costs: rig's first probe of the idle connection (-i gives it
- * time to come) fails the queue pair. -i MS pauses after each reply; a
+ * The "rig3" form (the default) opts into rig's liveness probes, RDMA
+ * WRITEs of one byte into our sink (rig-wire(7) LIVENESS): the queue
+ * pair grants remote write, and SINK bytes of ours, registered with
+ * remote write and holding nothing, take the byte; their rkey and
+ * address go in the request. The "rig2" form opts into rig 0.3's probes,
+ * zero-length writes with rkey 0, and registers no memory that grants
+ * remote write. -R leaves the queue pair's grant out, and -K sends the
+ * sink's rkey changed, to show what each costs: rig's first probe of the
+ * idle connection (-i gives it time to come) fails the queue pair. At
+ * the end, "rig3" tells whether rig's probes wrote the sink (it starts
+ * filled with 0xee; rig sends a byte of its own sink, zeros). -i MS
+ * pauses after each reply; a
  * pause longer than rig-echo's probe interval (-L) lets probes come.
  * Each probe is one packet of rig's sequence, so at the end the client
  * counts how far its receive PSN went beyond the packets of the echoes
@@ -52,6 +59,8 @@
 #define RC_ENDPOINT 30		/* the endpoint's wire form */
 #define RC_RIG1 34		/* "rig1" and the endpoint */
 #define RC_RIG2 35		/* "rig2", the endpoint and the MTU code */
+#define RC_RIG3 47		/* "rig2"'s, tagged "rig3", the sink's rkey and address */
+#define RC_SINK 64		/* our sink's bytes */
 #define RC_RECVS 4		/* receives kept posted */
 #define RC_RESOLVE_MS 2000
 #define RC_SOFT_ROCE 0xffffff	/* Soft-RoCE's vendor id: retry count 6 */
@@ -59,12 +68,13 @@
 struct rc_opts {
 	const char *addr;
 	const char *port;
-	bool rig2;
+	int form;		/* 1 to 3: "rig1" to "rig3" */
 	unsigned long msgs;
 	unsigned long maxsize;
 	unsigned long idle_ms;
 	unsigned long wait_ms;
 	bool no_write;		/* -R */
+	bool bad_key;		/* -K */
 };
 
 struct rc_endpoint {
@@ -84,6 +94,10 @@ struct rc {
 	struct ibv_qp *qp;
 	struct ibv_mr *mr;
 	uint8_t *buf;		/* RC_RECVS receive slots, then the send */
+	uint8_t *sink;		/* "rig3": where rig's probes write */
+	struct ibv_mr *sink_mr;
+	uint32_t rig_sink_rkey;	/* rig's sink, from a "rig3" answer */
+	uint64_t rig_sink_addr;
 	struct rc_endpoint self, rig;
 	enum ibv_mtu mtu;	/* the path MTU */
 	uint64_t packets;	/* of the echoes rig sent us */
@@ -125,27 +139,39 @@ static uint32_t get_be32(const uint8_t *p)
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+static const char *const form_tag[4] = { "", "rig1", "rig2", "rig3" };
+static const size_t form_len[4] = { 0, RC_RIG1, RC_RIG2, RC_RIG3 };
+
 /* Our private data in the chosen form; returns its length. */
 static uint8_t pack(const struct rc *c, uint8_t *out)
 {
-	memcpy(out, c->o.rig2 ? "rig2" : "rig1", 4);
+	uint64_t addr = (uintptr_t)c->sink;
+	uint32_t rkey;
+
+	memcpy(out, form_tag[c->o.form], 4);
 	put_be32(out + 4, c->self.qp);
 	put_be32(out + 8, c->self.psn);
 	memcpy(out + 12, c->self.gid, 16);
 	memcpy(out + 28, c->self.mac, 6);
-	if (!c->o.rig2)
+	if (c->o.form == 1)
 		return RC_RIG1;
 	out[34] = (uint8_t)c->mtu;	/* our port's active MTU, for now */
-	return RC_RIG2;
+	if (c->o.form == 2)
+		return RC_RIG2;
+	rkey = c->sink_mr->rkey ^ (c->o.bad_key ? 0x5a : 0);
+	put_be32(out + 35, rkey);
+	put_be32(out + 39, (uint32_t)(addr >> 32));
+	put_be32(out + 43, (uint32_t)addr);
+	return RC_RIG3;
 }
 
 /* rig's answer: in the form we sent, zero padding, 24-bit qp and psn,
  * an MTU code of 1 to 5. Sets *mtu to rig's code, 0 for "rig1". */
 static int parse(struct rc *c, const uint8_t *p, size_t len, enum ibv_mtu *mtu)
 {
-	size_t need = c->o.rig2 ? RC_RIG2 : RC_RIG1, i;
+	size_t need = form_len[c->o.form], i;
 
-	if (!p || len < need || memcmp(p, c->o.rig2 ? "rig2" : "rig1", 4))
+	if (!p || len < need || memcmp(p, form_tag[c->o.form], 4))
 		return say("the answer is not in the form we sent (%zu bytes)", p ? len : 0);
 	for (i = need; i < len; i++)
 		if (p[i])
@@ -157,10 +183,14 @@ static int parse(struct rc *c, const uint8_t *p, size_t len, enum ibv_mtu *mtu)
 	memcpy(c->rig.gid, p + 12, 16);
 	memcpy(c->rig.mac, p + 28, 6);	/* sent, never needed */
 	*mtu = 0;
-	if (c->o.rig2) {
+	if (c->o.form >= 2) {
 		if (p[34] < IBV_MTU_256 || p[34] > IBV_MTU_4096)
 			return say("the answer's MTU code is %u, not 1 to 5", p[34]);
 		*mtu = (enum ibv_mtu)p[34];
+	}
+	if (c->o.form == 3) {	/* for our own probes of rig, had we any */
+		c->rig_sink_rkey = get_be32(p + 35);
+		c->rig_sink_addr = (uint64_t)get_be32(p + 39) << 32 | get_be32(p + 43);
 	}
 	return 0;
 }
@@ -263,10 +293,21 @@ static int make_qp(struct rc *c)
 	c->buf = calloc(1, len);
 	if (!c->buf)
 		return say("no memory for %zu bytes", len);
-	/* Local access only: rig never reads or writes our memory. */
+	/* Local access only: rig never reads or writes our memory... */
 	c->mr = ibv_reg_mr(c->pd, c->buf, len, IBV_ACCESS_LOCAL_WRITE);
 	if (!c->mr)
 		return say("ibv_reg_mr: %s", strerror(errno));
+	/* ...but for the sink, where "rig3"'s probes write a byte. */
+	if (c->o.form == 3) {
+		c->sink = aligned_alloc(RC_SINK, RC_SINK);
+		if (!c->sink)
+			return say("no memory for the sink");
+		memset(c->sink, 0xee, RC_SINK);
+		c->sink_mr = ibv_reg_mr(c->pd, c->sink, RC_SINK,
+					IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+		if (!c->sink_mr)
+			return say("ibv_reg_mr of the sink: %s", strerror(errno));
+	}
 
 	ret = ibv_query_port(c->id->verbs, c->id->port_num, &pattr);
 	if (ret)
@@ -287,11 +328,11 @@ static int make_qp(struct rc *c)
 		memcpy(c->self.gid, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
 	}
 
-	/* INIT: "rig2" takes rig's probes, zero-length RDMA WRITEs. */
+	/* INIT: "rig2" and "rig3" take rig's probes, RDMA WRITEs. */
 	a.qp_state = IBV_QPS_INIT;
 	a.pkey_index = 0;
 	a.port_num = c->id->port_num;
-	a.qp_access_flags = c->o.rig2 && !c->o.no_write ? IBV_ACCESS_REMOTE_WRITE : 0;
+	a.qp_access_flags = c->o.form >= 2 && !c->o.no_write ? IBV_ACCESS_REMOTE_WRITE : 0;
 	ret = ibv_modify_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 			    IBV_QP_ACCESS_FLAGS);
 	if (ret)
@@ -310,7 +351,7 @@ static int connect_qp(struct rc *c, enum ibv_mtu rig_mtu)
 	int mask = 0, ret;
 
 	if (rig_mtu && rig_mtu < c->mtu)
-		c->mtu = rig_mtu;	/* "rig2": the smaller of the two */
+		c->mtu = rig_mtu;	/* "rig2", "rig3": the smaller of the two */
 	if (rdma_init_qp_attr(c->id, &a, &mask))
 		return say("rdma_init_qp_attr: %s", strerror(errno));
 	/* Keep the address vector's sgid_index, hop_limit, traffic_class
@@ -348,7 +389,7 @@ static int connect_qp(struct rc *c, enum ibv_mtu rig_mtu)
 static int dial(struct rc *c)
 {
 	struct rdma_conn_param param = { 0 };
-	uint8_t priv[RC_RIG2], answer[256];
+	uint8_t priv[RC_RIG3], answer[256];
 	enum ibv_mtu rig_mtu;
 	size_t answer_len = 0;
 	char gid[INET6_ADDRSTRLEN];
@@ -374,9 +415,14 @@ static int dial(struct rc *c)
 		return say("rdma_establish: %s", strerror(errno));
 	inet_ntop(AF_INET6, c->rig.gid, gid, sizeof(gid));
 	printf("raw-client: %s form, connected: our qp 0x%06x psn 0x%06x, rig's qp 0x%06x "
-	       "psn 0x%06x gid %s, path MTU %d bytes%s\n",
-	       c->o.rig2 ? "rig2" : "rig1", c->self.qp, c->self.psn, c->rig.qp, c->rig.psn,
-	       gid, 128 << c->mtu, c->o.rig2 && c->o.no_write ? ", no remote write (-R)" : "");
+	       "psn 0x%06x gid %s, path MTU %d bytes%s%s\n",
+	       form_tag[c->o.form], c->self.qp, c->self.psn, c->rig.qp, c->rig.psn,
+	       gid, 128 << c->mtu, c->o.form >= 2 && c->o.no_write ? ", no remote write (-R)" : "",
+	       c->o.form == 3 && c->o.bad_key ? ", the sink's rkey sent wrong (-K)" : "");
+	if (c->o.form == 3)
+		printf("raw-client: our sink rkey 0x%08x at %p; rig's rkey 0x%08x at 0x%llx\n",
+		       c->sink_mr->rkey, (void *)c->sink, c->rig_sink_rkey,
+		       (unsigned long long)c->rig_sink_addr);
 	return 0;
 }
 
@@ -489,6 +535,9 @@ static void hang_up(struct rc *c)
 		ibv_destroy_qp(c->qp);
 	if (c->mr)
 		ibv_dereg_mr(c->mr);
+	if (c->sink_mr)
+		ibv_dereg_mr(c->sink_mr);
+	free(c->sink);
 	if (c->cq)
 		ibv_destroy_cq(c->cq);
 	if (c->cc)
@@ -505,17 +554,19 @@ static void hang_up(struct rc *c)
 static void usage(const char *argv0)
 {
 	fprintf(stderr,
-		"Usage: %s -a ADDR -p PORT [-w rig1|rig2] [-n MSGS] [-s MAXSIZE] [-i MS]\n"
-		"          [-t MS] [-R]\n"
+		"Usage: %s -a ADDR -p PORT [-w rig1|rig2|rig3] [-n MSGS] [-s MAXSIZE]\n"
+		"          [-i MS] [-t MS] [-R] [-K]\n"
 		"  -a ADDR     rig-echo's address\n"
 		"  -p PORT     its port\n"
-		"  -w FORM     the wire form, rig1 or rig2 (default rig2: with the MTU,\n"
-		"              and rig's liveness probes)\n"
+		"  -w FORM     the wire form, rig1, rig2 or rig3 (default rig3: with the\n"
+		"              MTU, a sink, and rig's liveness probes into it; rig2: the\n"
+		"              MTU and rig 0.3's zero-length probes)\n"
 		"  -n MSGS     messages to echo (default 10)\n"
 		"  -s MAXSIZE  the longest message, at most rig-echo's -s (default 4096)\n"
 		"  -i MS       pause after each reply (default 0)\n"
 		"  -t MS       wait at most this for each reply (default 5000)\n"
-		"  -R          rig2 without remote write: rig's probes fail it\n",
+		"  -R          rig2 or rig3 without remote write: rig's probes fail it\n"
+		"  -K          rig3 with the sink's rkey sent wrong: rig's probes fail it\n",
 		argv0);
 }
 
@@ -530,25 +581,27 @@ static int number(const char *arg, unsigned long min, unsigned long max, unsigne
 
 int main(int argc, char **argv)
 {
-	struct rc c = { .o = { .rig2 = true, .msgs = 10, .maxsize = 4096, .wait_ms = 5000 } };
+	struct rc c = { .o = { .form = 3, .msgs = 10, .maxsize = 4096, .wait_ms = 5000 } };
 	unsigned long i, bytes = 0;
 	long probes;
 	int opt, ret = 1;
 
-	while ((opt = getopt(argc, argv, "a:p:w:n:s:i:t:R")) != -1) {
+	while ((opt = getopt(argc, argv, "a:p:w:n:s:i:t:RK")) != -1) {
 		switch (opt) {
 		case 'a': c.o.addr = optarg; break;
 		case 'p': c.o.port = optarg; break;
 		case 'w':
-			if (strcmp(optarg, "rig1") && strcmp(optarg, "rig2"))
+			if (strcmp(optarg, "rig1") && strcmp(optarg, "rig2") &&
+			    strcmp(optarg, "rig3"))
 				goto bad;
-			c.o.rig2 = !strcmp(optarg, "rig2");
+			c.o.form = optarg[3] - '0';
 			break;
 		case 'n': if (number(optarg, 1, 100000000, &c.o.msgs)) goto bad; break;
 		case 's': if (number(optarg, 1, 1ul << 24, &c.o.maxsize)) goto bad; break;
 		case 'i': if (number(optarg, 0, 3600000, &c.o.idle_ms)) goto bad; break;
 		case 't': if (number(optarg, 1, 3600000, &c.o.wait_ms)) goto bad; break;
 		case 'R': c.o.no_write = true; break;
+		case 'K': c.o.bad_key = true; break;
 		default: goto bad;
 		}
 	}
@@ -571,6 +624,9 @@ int main(int argc, char **argv)
 		printf("the device does not report its receive PSN\n");
 	else
 		printf("rig's requests beyond the echoes: %ld (liveness probes)\n", probes);
+	if (c.o.form == 3)
+		printf("raw-client: our sink's first byte is 0x%02x: %s\n", c.sink[0],
+		       c.sink[0] == 0xee ? "rig's probes never wrote it" : "rig's probes wrote it");
 	ret = 0;
 out:
 	hang_up(&c);

@@ -442,10 +442,16 @@ void conn_up(struct conn *c)
 		rig_qp_set_cookie(&c->qp->pub, cookie);
 	}
 	c->gone.what = (struct rig_ready){ &c->qp->pub, RIG_SEND, RIG_NEWS_GONE, 0, cookie };
-	/* A peer that gave its MTU ("rig2") is a rig that takes liveness
-	 * probes (rig(7) LIVENESS); one of rig 0.2 would refuse them. */
-	if (c->peer_mtu)
+	/* A peer that gave its MTU ("rig2") or its sink too ("rig3") takes
+	 * liveness probes (rig(7) L1); one of rig 0.2 would refuse them.
+	 * "rig3"'s write a byte into its sink; "rig2"'s stay as rig 0.3's
+	 * (ring.c, rig__qp_probe). */
+	if (c->peer_form >= 2) {
+		c->qp->probe_sink = c->peer_form == 3;
+		c->qp->probe_rkey = c->peer_sink.rkey;
+		c->qp->probe_addr = c->peer_sink.addr;
 		rig__loop_live_add(c->qp);
+	}
 	if (c->blocking && c->accepting) {
 		conn_set_home(c, HOME_ACCEPTED, &l->accepted);
 		return;

@@ -171,6 +171,10 @@ struct conn {
 	struct rig__qp *qp;
 	struct rig_endpoint peer;
 	uint8_t peer_mtu;		/* its port's (enum ibv_mtu), 0: not given */
+	/* The form the peer spoke, 1 to 3 ("rig1" to "rig3"), and the
+	 * sink its "rig3" gave (else zeros), for the liveness probes. */
+	uint8_t peer_form;
+	struct rig_cm_sink peer_sink;
 	uint8_t path_mtu;		/* our route's (route_resolved), 0: not read */
 	/* The endpoint's GID is the address rdma_cm connected to, so the
 	 * peer may be one of our own queue pairs (M4). */
@@ -184,7 +188,7 @@ struct conn {
 	bool handed;
 	/* Our private data: the answer owed, in the form the request came
 	 * in ("rig1" to a peer that gave no MTU), and its length. */
-	uint8_t priv[RIG_CM_PRIVATE_MTU];
+	uint8_t priv[RIG_CM_PRIVATE_SINK];
 	uint8_t priv_len;
 	bool established;		/* up() came: a disconnect ends it */
 	/* The accepting side's answer went: its REP waits for the RTU,

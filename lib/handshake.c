@@ -181,28 +181,38 @@ int handshake_make_and_connect(struct conn *c)
 
 /* ---------------------------------------------------------------- steps */
 
-/* Our endpoint and our port's MTU, in c->priv, to send with @param: the
- * peer's link may carry larger frames than ours, and each side takes the
- * smaller MTU. A listener answers a request in its own form: a peer that
- * sent rig_cm_pack's ("rig1", a rig 0.2 dialer) reads only that form,
- * and gets no MTU. 0 or -errno. */
+/* Our endpoint, our port's MTU and our sink, in c->priv, to send with
+ * @param: the peer's link may carry larger frames than ours, and each
+ * side takes the smaller MTU; the peer's probes write into the sink
+ * (region.c). A dialer sends "rig3"; a listener answers a request in
+ * its own form: a peer that sent rig_cm_pack's ("rig1", a rig 0.2
+ * dialer) reads only that form, and gets no MTU; one that sent "rig2"
+ * (rig 0.3) reads "rig1" and "rig2" only, and gets no sink. 0 or -errno. */
 static int our_param(struct conn *c, struct rdma_conn_param *param)
 {
 	struct rig_nic *nic = c->loop->nic;
+	struct rig_cm_sink sink = { rig__sink_mr(c->qp)->rkey, (uintptr_t)nic->sink };
 	struct ibv_port_attr pattr;
 	struct rig_endpoint self;
+	uint8_t mtu;
 	int ret;
 
 	rig_qp_endpoint(&c->qp->pub, &self);
-	if (c->accepting && !c->peer_mtu) {
+	if (c->accepting && c->peer_form == 1) {
 		rig_cm_pack(&self, c->priv);
 		c->priv_len = RIG_CM_PRIVATE;
 	} else {
 		ret = ibv_query_port(nic->ctx, nic->port, &pattr);
 		if (ret)
 			return rig__fail_verbs(ret, nic, "ibv_query_port");
-		rig_cm_pack_mtu(&self, route_mtu(c, pattr.active_mtu), c->priv);
-		c->priv_len = RIG_CM_PRIVATE_MTU;
+		mtu = route_mtu(c, pattr.active_mtu);
+		if (c->accepting && c->peer_form == 2) {
+			rig_cm_pack_mtu(&self, mtu, c->priv);
+			c->priv_len = RIG_CM_PRIVATE_MTU;
+		} else {
+			rig_cm_pack_sink(&self, mtu, &sink, c->priv);
+			c->priv_len = RIG_CM_PRIVATE_SINK;
+		}
 	}
 	route_conn_param(param, c->priv, c->priv_len, c->qp);
 	return 0;
@@ -358,11 +368,15 @@ static void conn_step(struct conn *c, const struct cm_ev *ev)
 		 * and waits for rdma_establish. */
 		if (ev->type != RDMA_CM_EVENT_CONNECT_RESPONSE)
 			break;
-		ret = rig_cm_parse_mtu(ev->priv, ev->priv_len, &c->peer, &c->peer_mtu);
-		if (ret) {
+		/* Any form: a peer may answer "rig3" in "rig2" or "rig1"
+		 * (rig-wire(7) THE FORMS MEET); it is probed as it answered. */
+		ret = rig_cm_parse_sink(ev->priv, ev->priv_len, &c->peer, &c->peer_mtu,
+					&c->peer_sink);
+		if (ret < 0) {
 			conn_fail(c, -ret);
 			return;
 		}
+		c->peer_form = (uint8_t)ret;
 		c->may_be_local = route_peer_may_be_local(c);
 		handshake_off_loop(c, CONN_ESTABLISHING, connect_qp, dial_establish);
 		return;

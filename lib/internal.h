@@ -158,6 +158,11 @@ struct rig_nic {
 	struct rig__list qps;
 	struct rig__list regions;	/* registered ones */
 	struct rig__handles handles;
+	/* The sink (region.c, rig__sink_register): 64 bytes of rig's own
+	 * that its peers' liveness probes write, and its MR; from open to
+	 * close. */
+	void *sink;
+	struct ibv_mr *sink_mr;
 };
 
 /*
@@ -446,6 +451,12 @@ struct rig__qp {
 	bool probe_out, probe_failed;
 	int lost;			/* the pass's finding, for the owner */
 	uint64_t probes;
+	/* The peer's sink ("rig3"), which the probes write one byte of;
+	 * without one ("rig2") they are zero-length writes with rkey 0
+	 * (ring.c, rig__qp_probe). Set before the queue pair is listed. */
+	bool probe_sink;
+	uint32_t probe_rkey;
+	uint64_t probe_addr;
 	/* Rings deeper than the NIC's queues (rig(7) Q4; ring.c), set at
 	 * make when pub.ring[].depth < RIG_RING_ENTRIES. While RIG__BACKLOG
 	 * is set, entries [fed, head) of a ring wait in it, their requests
@@ -470,6 +481,18 @@ static inline struct rig__qp *rig__qp(struct rig_qp *qp)
 /* region.c: gives back the handles of @nic's regions, once their MRs
  * are deregistered. */
 void rig__regions_free(struct rig_nic *nic);
+/* region.c: registers @nic's sink (made on the first call) in @pd, the
+ * MR in *@mr (rig-wire(7) LIVENESS); 0 or -errno. rig__sink_free
+ * deregisters and frees it. */
+#define RIG__SINK_SIZE 64
+int rig__sink_register(struct rig_nic *nic, struct ibv_pd *pd, struct ibv_mr **mr);
+int rig__sink_free(struct rig_nic *nic);
+/* The sink's registration in @qp's protection domain: its rkey goes to
+ * the peer, its lkey is the source of @qp's probes. */
+static inline struct ibv_mr *rig__sink_mr(const struct rig__qp *qp)
+{
+	return qp->nic->sink_mr;
+}
 
 
 /* ring.c: records @qp's first failure (rig(7) F3), and tells both rings'

@@ -59,14 +59,14 @@ static void accept_request(struct rig_listener *l, const struct cm_ev *ev, bool 
 {
 	const char *step = l->blocking ? "rig_accept" : "rig_loop_listen";
 	struct rig_loop *loop = l->loop;
+	struct rig_cm_sink peer_sink;
 	struct rig_endpoint peer;
 	uint8_t peer_mtu;
 	struct conn *c;
-	int ret;
+	int form, ret;
 
-	ret = rig_cm_parse_mtu(ev->priv, ev->priv_len, &peer, &peer_mtu);
-	if (!ret)
-		ret = route_same_device(loop->nic, ev->id, step);
+	form = rig_cm_parse_sink(ev->priv, ev->priv_len, &peer, &peer_mtu, &peer_sink);
+	ret = form < 0 ? form : route_same_device(loop->nic, ev->id, step);
 	/* Shed load: a flood of requests costs a reject each, not a queue
 	 * pair each, beyond those a loop's listener lets wait. */
 	if (!ret && !turn && !(turn = turn_take(l->head))) {
@@ -92,6 +92,8 @@ static void accept_request(struct rig_listener *l, const struct cm_ev *ev, bool 
 	c->id->context = c;
 	c->peer = peer;
 	c->peer_mtu = peer_mtu;
+	c->peer_form = (uint8_t)form;
+	c->peer_sink = peer_sink;
 	c->may_be_local = route_peer_may_be_local(c);
 	/* No bound while its queue pair is made: that is our own work, and
 	 * RIG_CM_HANDSHAKES bounds how much of it may wait. */

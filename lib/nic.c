@@ -364,6 +364,9 @@ RIG_EXPORT __cold int rig_nic_open(const char *name, struct rig_nic **out)
 	rig__list_init(&nic->regions);
 	nic->spin_ns = RIG_SPIN_ADAPTIVE;
 	nic->depth = env_depth(nic);
+	ret = rig__sink_register(nic, nic->pd, &nic->sink_mr);
+	if (ret)
+		goto out_device;
 	ret = rig__loop_open(nic, &nic->own);
 	if (ret)
 		goto out_device;
@@ -374,6 +377,7 @@ RIG_EXPORT __cold int rig_nic_open(const char *name, struct rig_nic **out)
 	return 0;
 
 out_device:
+	rig__sink_free(nic);
 	pthread_mutex_destroy(&nic->lock);
 	ibv_dealloc_pd(nic->pd);
 	ibv_close_device(nic->ctx);
@@ -407,6 +411,10 @@ RIG_EXPORT __cold int rig_nic_close(struct rig_nic *nic)
 		rig__list_del(&reg->link);
 	}
 	rig__regions_free(nic);
+	/* After the loops: no queue pair of ours probes from it any more. */
+	r = rig__sink_free(nic);
+	if (r && !ret)
+		ret = r;
 	r = ibv_dealloc_pd(nic->pd);
 	if (r && !ret)
 		ret = rig__fail_verbs(r, nic, "ibv_dealloc_pd");

@@ -315,12 +315,12 @@ int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
 	a.qp_state = IBV_QPS_INIT;
 	a.pkey_index = 0;
 	a.port_num = nic->port;
-	/* Only a peer on this NIC may read; nobody may write memory (M4):
-	 * no region grants remote write (region.c). The queue pair of a
-	 * connection by address takes RDMA WRITEs all the same, for its
-	 * peer's liveness probes are zero-length writes, which touch no
-	 * memory; a write with bytes fails at the region (ring.c,
-	 * rig__qp_probe). */
+	/* Only a peer on this NIC may read; nobody may write the
+	 * application's memory (M4): no region of its grants remote write
+	 * (region.c). The queue pair of a connection by address takes RDMA
+	 * WRITEs all the same, for its peer's liveness probes: a byte into
+	 * the NIC's sink, the one region that grants it, or zero bytes from
+	 * a peer of rig 0.3 (ring.c, rig__qp_probe). */
 	a.qp_access_flags = (local ? IBV_ACCESS_REMOTE_READ : 0) |
 			    (route ? IBV_ACCESS_REMOTE_WRITE : 0);
 	ret = modify(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |

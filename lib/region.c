@@ -156,3 +156,51 @@ RIG_EXPORT __cold int rig_region_deregister(struct rig_region *r)
 	pthread_mutex_unlock(&nic->lock);
 	return 0;
 }
+
+/*
+ * The sink: RIG__SINK_SIZE bytes of the NIC's own, one cache line, that
+ * grant remote write, so that a peer's liveness probes name a key the
+ * responder checks (rig-wire(7) LIVENESS; ring.c, rig__qp_probe). Its
+ * address and rkey travel in "rig3" private data (handshake.c). It holds
+ * nothing: the probes' byte lands there and is never read, and rig's
+ * own probes send their byte from it (its lkey, so no inline data is
+ * needed). No region of the application's grants remote write (M4).
+ *
+ * Made at rig_nic_open rather than at a first connection by address:
+ * the handshakes run on several loops' threads and the helper, which
+ * would need a lock and a failure path each for it, while it costs one
+ * registration and one pinned page per NIC, nothing next to a queue
+ * pair (M1). Registered in a protection domain only here, and read
+ * through rig__sink_mr(qp), so that a NIC with a second domain, for the
+ * queue pairs that face other hosts, registers it there too and gives
+ * each queue pair its own domain's keys.
+ */
+int rig__sink_register(struct rig_nic *nic, struct ibv_pd *pd, struct ibv_mr **mr)
+{
+	int ret;
+
+	if (!nic->sink && !(nic->sink = aligned_alloc(RIG__SINK_SIZE, RIG__SINK_SIZE)))
+		return rig__fail(ENOMEM, "rig_nic_open: out of memory");
+	memset(nic->sink, 0, RIG__SINK_SIZE);
+	*mr = ibv_reg_mr(pd, nic->sink, RIG__SINK_SIZE,
+			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!*mr) {
+		ret = errno ? errno : ENOMEM;
+		return rig__fail(ret, "ibv_reg_mr of the %d-byte liveness sink refused by %s: %s%s",
+				 RIG__SINK_SIZE, nic->name, strerror(ret),
+				 ret == ENOMEM ? " (see RLIMIT_MEMLOCK)" : "");
+	}
+	return 0;
+}
+
+int rig__sink_free(struct rig_nic *nic)
+{
+	int ret = 0;
+
+	if (nic->sink_mr && (ret = ibv_dereg_mr(nic->sink_mr)))
+		ret = rig__fail_verbs(ret, nic, "ibv_dereg_mr");
+	nic->sink_mr = NULL;
+	free(nic->sink);
+	nic->sink = NULL;
+	return ret;
+}

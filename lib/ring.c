@@ -344,35 +344,44 @@ void rig__ring_reap(struct rig__qp *qp, enum rig_side side)
 }
 
 /*
- * A liveness probe is a zero-length RDMA WRITE on the queue pair itself:
- * no SGE, remote address 0, rkey 0 (rig-wire(7) LIVENESS). The peer's
- * NIC acknowledges it with no receive of the peer's taken, nothing
- * written and no completion on the peer's side. The responder checks the
- * queue pair's access flags for any write (Linux drivers/infiniband/sw/
- * rxe/rxe_resp.c, check_op_valid: an RDMA WRITE packet needs
- * IB_ACCESS_REMOTE_WRITE on the QP), so the queue pairs of connections
- * by address grant it (qp.c), and a peer that speaks "rig2" must too.
- * No region of rig grants remote write, so a write with bytes still
- * fails at the region (M4). Unanswered, it is retried as any send is,
- * and ends in -ETIMEDOUT (M3). The send queue has one request more than
- * the ring, for it (qp.c): the ring's room stays RIG_RING_ENTRIES (Q1).
+ * A liveness probe is an RDMA WRITE on the queue pair itself
+ * (rig-wire(7) LIVENESS), acknowledged by the peer's NIC with no receive
+ * of the peer's taken and no completion on the peer's side. To a peer
+ * that gave its sink ("rig3") it writes one byte, from our own sink (its
+ * lkey: no inline data needed), to the sink's address with the sink's
+ * rkey; to a peer that gave none ("rig2", rig 0.3 or a peer written
+ * before "rig3") it is rig 0.3's probe, zero bytes with no SGE, address
+ * 0 and rkey 0. Either way the responder checks that the queue pair
+ * grants remote write (Linux drivers/infiniband/sw/rxe/rxe_resp.c,
+ * check_op_valid), so the queue pairs of connections by address grant
+ * it (qp.c); only the sink, of all rig's memory, grants it to a region
+ * (M4). Unanswered, a probe is retried as any send is, and ends in
+ * -ETIMEDOUT (M3). The send queue has one request more than the ring,
+ * for it (qp.c): the ring's room stays RIG_RING_ENTRIES (Q1).
  *
- * What it rests on: that the responder checks no rkey for a write of
- * length 0. The IBTA says so (volume 1, compliance statement 9-88: a
- * zero-length RDMA operation need not carry a valid address or rkey),
- * and rxe follows it in its source (rxe_resp.c, check_rkey: a RETH of
- * length 0 goes to execute without a key lookup); the device tests prove
- * it on rxe. On bnxt_re and mlx5 the check is the NIC's firmware, which
- * no provider source shows, and rig has not been run there: a NIC that
- * checked the rkey would NAK every probe (remote access error) and fail
- * each probed queue pair at its first idle interval. This is not what
- * UCX does, though it too keeps rc connections alive with writes: its
- * uct_rc_verbs_ep_post_flush writes one byte to a buffer its peer
- * advertises, "because some adapters do not support 0-size RDMA_WRITE".
- * Doing the same would take a wire form that carries a sink region's
- * address and rkey, and a region of rig's that grants remote write to
- * it; until then the probe stays as it is, and an application on such a
- * NIC turns the probes off (rig_loop_liveness(loop, 0)).
+ * Why one byte to the sink, not zero bytes with the sink's key. The
+ * IBTA lets the responder skip the R_Key check of a zero-length write
+ * (volume 1, compliance statement 9-88), and rxe does skip it (rxe_resp.c,
+ * check_rkey: a RETH of length 0 goes to execute with no key looked up),
+ * so on rxe a zero-length write takes any key, and a key the peer never
+ * registered passes unseen. On bnxt_re and mlx5 that check is the NIC's
+ * firmware, which no provider source shows: whether a zero-length write
+ * with rkey 0 is taken there rests on the firmware following 9-88, and
+ * rig has not been run there. rdma-core tests a zero-size write only
+ * with a valid key (tests/test_qpex.py, test_qp_ex_rc_rdma_write_zero_size:
+ * one SGE of length 0, the server MR's rkey and address). A write of one
+ * byte into a region that grants remote write is the request every RDMA
+ * application makes, whose key a NIC must check to place the byte (rxe:
+ * check_rkey looks it up and checks the range). It is also what UCX's rc
+ * transport posts as its flush: uct_rc_verbs_ep_post_flush (src/uct/ib/
+ * rc/verbs/rc_verbs_ep.c) writes one byte to a buffer its peer
+ * advertised, "Send small RDMA_WRITE as a flush operation (some adapters
+ * do not support 0-size RDMA_WRITE or inline sends)". So a wrong key
+ * fails the probe with a remote access error on every device, rxe
+ * included (tests/test_live.c), where rig 0.3's passed unseen on rxe.
+ * A "rig2" peer keeps the zero-length probe it opted into: rig 0.3's
+ * own, taken by rxe, and the only one such a peer can take, having
+ * advertised no memory.
  *
  * Only an idle send ring is probed: entries due there probe the peer
  * already, and their retries end the same way. The loop's thread reads
@@ -385,6 +394,7 @@ int rig__qp_probe(struct rig__qp *qp)
 {
 	struct rig__ring *ring = &qp->pub.ring[RIG_SEND];
 	struct ibv_send_wr wr, *bad = NULL;
+	struct ibv_sge sge;
 	uint32_t broken;
 
 	if (ring->head == ring->tail && qp->probe_out)
@@ -400,7 +410,16 @@ int rig__qp_probe(struct rig__qp *qp)
 		return 0;
 	memset(&wr, 0, sizeof(wr));
 	wr.wr_id = RIG__PROBE_WR_ID;
-	wr.opcode = IBV_WR_RDMA_WRITE;	/* no sge: zero bytes; signalled (sq_sig_all) */
+	wr.opcode = IBV_WR_RDMA_WRITE;	/* signalled (sq_sig_all) */
+	if (qp->probe_sink) {
+		sge.addr = (uintptr_t)qp->nic->sink;
+		sge.length = 1;
+		sge.lkey = rig__sink_mr(qp)->lkey;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.wr.rdma.remote_addr = qp->probe_addr;
+		wr.wr.rdma.rkey = qp->probe_rkey;
+	}	/* else no sge: zero bytes, address 0, rkey 0 */
 	if (ibv_post_send(qp->pub.ibqp, &wr, &bad))
 		return 0;	/* the next pass tries again */
 	qp->probe_out = true;

@@ -4,7 +4,9 @@
  * peer's rdma_cm private data: "rig1", the endpoint's 30-byte wire form,
  * zero padding), rig_cm_parse_mtu (the connections' own form, "rig2",
  * the wire form, an MTU code 1 to 5, zero padding; or rig_cm_parse's, as
- * code 0) and rig_endpoint_unpack (the wire form alone).
+ * code 0), rig_cm_parse_sink (rig 0.4's "rig3": "rig2"'s bytes, then a
+ * sink's rkey and address; or either older form, as its form number) and
+ * rig_endpoint_unpack (the wire form alone).
  *
  * For every input each parser must return 0 or its one error code, and:
  *   - accept exactly what include/rig/cm.h and endpoint.h say it accepts
@@ -80,6 +82,21 @@ static int ref_cm_mtu_ok(const uint8_t *p, size_t len)
 	if (p[34] < 1 || p[34] > 5)
 		return 0;
 	for (i = RIG_CM_PRIVATE_MTU; i < len; i++)
+		if (p[i])
+			return 0;
+	return ref_endpoint_ok(p + 4, RIG_ENDPOINT_WIRE);
+}
+
+/* The reference: is @p, @len rig 0.4's form, "rig3"? */
+static int ref_cm_sink_ok(const uint8_t *p, size_t len)
+{
+	size_t i;
+
+	if (len < RIG_CM_PRIVATE_SINK || memcmp(p, "rig3", 4))
+		return 0;
+	if (p[34] < 1 || p[34] > 5)
+		return 0;
+	for (i = RIG_CM_PRIVATE_SINK; i < len; i++)
 		if (p[i])
 			return 0;
 	return ref_endpoint_ok(p + 4, RIG_ENDPOINT_WIRE);
@@ -161,6 +178,39 @@ static void fuzz_cm_mtu(const uint8_t *data, size_t size)
 	CHECK(!memcmp(out, data, RIG_CM_PRIVATE_MTU), "rig_cm_pack_mtu does not give back the input");
 }
 
+static void fuzz_cm_sink(const uint8_t *data, size_t size)
+{
+	struct rig_endpoint e;
+	struct rig_cm_sink sink, canary;
+	uint8_t out[RIG_CM_PRIVATE_SINK], mtu = CANARY;
+	int ret, want = ref_cm_ok(data, size) ? 1 : ref_cm_mtu_ok(data, size) ? 2 :
+			ref_cm_sink_ok(data, size) ? 3 : -EPROTO;
+
+	fill_canary(&e);
+	memset(&canary, CANARY, sizeof(canary));
+	sink = canary;
+	ret = rig_cm_parse_sink(data, size, &e, &mtu, &sink);
+	CHECK(ret == want, "rig_cm_parse_sink returned %d on %zu bytes, the reference %d",
+	      ret, size, want);
+	if (ret < 0) {
+		CHECK(is_canary(&e) && mtu == CANARY && !memcmp(&sink, &canary, sizeof(sink)),
+		      "rig_cm_parse_sink failed but wrote its output");
+		check_errmsg();
+		return;
+	}
+	CHECK(e.qp <= MAX24, "qp %#x over 24 bits", e.qp);
+	CHECK(e.psn <= MAX24, "psn %#x over 24 bits", e.psn);
+	if (ret < 3) {
+		CHECK(sink.rkey == 0 && sink.addr == 0, "form %d gave a sink", ret);
+		CHECK((ret == 1) == (mtu == 0), "form %d gave MTU code %u", ret, mtu);
+		return;
+	}
+	CHECK(mtu >= 1 && mtu <= 5, "MTU code %u", mtu);
+	memset(out, 0, sizeof(out));
+	rig_cm_pack_sink(&e, mtu, &sink, out);
+	CHECK(!memcmp(out, data, RIG_CM_PRIVATE_SINK), "rig_cm_pack_sink does not give back the input");
+}
+
 static void fuzz_endpoint(const uint8_t *data, size_t size)
 {
 	struct rig_endpoint e;
@@ -191,6 +241,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	fuzz_cm(data, size);
 	fuzz_cm_mtu(data, size);
+	fuzz_cm_sink(data, size);
 	fuzz_endpoint(data, size);
 	/* The same bytes after a tag: makes every 34-byte input that
 	 * rig_cm_parse reads also a wire form for rig_endpoint_unpack. */
@@ -207,6 +258,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	      "rig_cm_parse_mtu(NULL endpoint)");
 	CHECK(rig_cm_parse_mtu(data, size, &e, NULL) == -EPROTO && is_canary(&e),
 	      "rig_cm_parse_mtu(NULL MTU)");
+	CHECK(rig_cm_parse_sink(data, size, &e, &mtu, NULL) == -EPROTO && is_canary(&e) &&
+	      mtu == CANARY, "rig_cm_parse_sink(NULL sink)");
 	CHECK(rig_endpoint_unpack(NULL, size, &e) == -EINVAL && is_canary(&e),
 	      "rig_endpoint_unpack(NULL buf)");
 	CHECK(rig_endpoint_unpack(data, size, NULL) == -EINVAL, "rig_endpoint_unpack(NULL endpoint)");

@@ -32,7 +32,8 @@
  */
 enum { PORT_DIAL_ACCEPT = 18515, PORT_GARBAGE, PORT_LISTENER_FD, PORT_NEGATIVE,
        PORT_HUGE, PORT_GONE_EARLY, PORT_CLAIM_DIALER, PORT_CLAIM_LISTENER,
-       PORT_NAMES_PEER, PORT_RAW_WRITER, PORT_RIG1_DIALER };
+       PORT_NAMES_PEER, PORT_RAW_WRITER, PORT_RIG1_DIALER, PORT_RIG2_DIALER,
+       PORT_RIG3_SINK };
 
 struct server {
 	struct rig_listener *l;
@@ -680,7 +681,7 @@ Test(cm, listener_close_drops_a_connection_gone_before_accept_took_it, .timeout 
 /* ---- M4: who counts as local is not the peer's to say --------------------- */
 
 /* @qp grants its peer nothing: no remote access but the write access the
- * peer's zero-length liveness probes need (rig(7) L1; no region of rig
+ * peer's liveness probes need (rig(7) L1; no region of the application's
  * grants remote write, so a write with bytes fails at the region:
  * M4_L1_zero_length_write_taken_a_write_with_bytes_refused), no reads
  * served, and reads of its own are refused (P3) and post nothing. */
@@ -793,9 +794,10 @@ Test(cm, M4_P3_a_listener_claiming_our_gid_and_qpn_gets_no_access)
 	d.nic = dn;
 	cr_assert_eq(pthread_create(&t, NULL, dial_one, &d), 0);
 	raw_expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST, &req);
-	/* rig_dial's form: "rig2", the endpoint, its port's MTU code */
-	cr_assert_geq(req.len, 35, "the request's private data: %zu bytes", req.len);
-	cr_assert_eq(memcmp(req.priv, "rig2", 4), 0, "the request's private data's tag");
+	/* rig_dial's form: "rig3", the endpoint, its port's MTU code, its sink */
+	cr_assert_geq(req.len, RIG_CM_PRIVATE_SINK, "the request's private data: %zu bytes",
+		      req.len);
+	cr_assert_eq(memcmp(req.priv, "rig3", 4), 0, "the request's private data's tag");
 	cr_assert_eq(rig_endpoint_unpack(req.priv + 4, RIG_ENDPOINT_WIRE, &claim), 0,
 		     "the request's endpoint");
 	rig_cm_pack(&claim, priv);	/* the dialer's own endpoint, sent back */
@@ -916,13 +918,14 @@ static struct ibv_wc raw_wc_of(struct ibv_cq *cq)
 
 /*
  * M4, L1: the queue pair of a connection by address takes RDMA WRITEs, for
- * its peer's liveness probes are zero-length ones, yet nobody may write
- * its memory. A raw-verbs client connects to a rig listener (rdma_cm, a
- * rig endpoint of its own queue pair) and knows a rig region's address
- * and rkey: its zero-length write succeeds, and the rig side sees no
- * completion and no failure; its 64-byte write with the stolen rkey is
- * refused by the region (REM_ACCESS_ERR: no region grants remote write),
- * and the region's bytes are unchanged.
+ * its peer's liveness probes (rig 0.3's zero-length ones here, from a
+ * "rig1" peer), yet nobody may write the application's memory. A
+ * raw-verbs client connects to a rig listener (rdma_cm, a rig endpoint
+ * of its own queue pair) and knows a rig region's address and rkey: its
+ * zero-length write succeeds, and the rig side sees no completion and
+ * no failure; its 64-byte write with the stolen rkey is refused by the
+ * region (REM_ACCESS_ERR: no region of the application's grants remote
+ * write), and the region's bytes are unchanged.
  */
 Test(cm, M4_L1_zero_length_write_taken_a_write_with_bytes_refused)
 {
@@ -1077,4 +1080,172 @@ Test(cm, M3_a_rig1_dialer_gets_a_rig1_answer)
 	if (sn != cn)
 		cr_assert_eq(rig_nic_close(sn), 0, "%s", rig_errmsg());
 	cr_assert_eq(rig_nic_close(cn), 0, "%s", rig_errmsg());
+}
+
+/*
+ * M3, L1: a dialer of rig 0.3, or a peer written from rig-wire(7) before
+ * "rig3", sends "rig2" (35 bytes) and reads the answer with
+ * rig_cm_parse_mtu, which takes "rig1" and "rig2" only: a listener of
+ * rig 0.4 answers "rig2", with its MTU and no sink, and the connection
+ * comes up (rig probes such a peer with rig 0.3's zero-length write).
+ */
+Test(cm, M3_a_rig2_dialer_gets_a_rig2_answer)
+{
+	struct rig_nic *cn = t_nic_open(t_dev());
+	struct rig_nic *sn = t_peer_dev() ? t_nic_open(t_other_dev()) : cn;
+	struct rig_endpoint mine, theirs, accepted_self;
+	struct server s = { NULL, 20000000, -1, NULL };
+	uint8_t priv[RIG_CM_PRIVATE_MTU], mtu = 0;
+	struct rdma_event_channel *ch;
+	struct rdma_conn_param p;
+	struct rig_qp *offer = t_qp(cn);
+	struct rdma_cm_id *id;
+	struct raw_ev rep;
+	pthread_t t;
+	int ret;
+
+	cr_assert_eq(rig_listen(sn, t_other_ip(), PORT_RIG2_DIALER, &s.l), 0, "%s", rig_errmsg());
+	cr_assert_eq(pthread_create(&t, NULL, accept_one, &s), 0);
+	rig_qp_endpoint(offer, &mine);
+	rig_cm_pack_mtu(&mine, IBV_MTU_1024, priv);
+	ch = raw_channel();
+	id = raw_resolve(ch, t_other_ip(), PORT_RIG2_DIALER);
+	t_raw_param(&p, priv, RIG_CM_PRIVATE_MTU, mine.qp);
+	cr_assert_eq(rdma_connect(id, &p), 0, "rdma_connect: %s", strerror(errno));
+	raw_expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, &rep);
+	cr_assert_eq(memcmp(rep.priv, "rig2", 4), 0, "the answer's tag is %.4s, not rig2",
+		     (const char *)rep.priv);
+	ret = rig_cm_parse_mtu(rep.priv, rep.len, &theirs, &mtu);
+	cr_assert_eq(ret, 0, "rig_cm_parse_mtu of the answer (%zu bytes): %d %s", rep.len, ret,
+		     rig_errmsg());
+	cr_assert(mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096, "MTU code %u", mtu);
+	cr_assert_eq(rdma_establish(id), 0, "rdma_establish: %s", strerror(errno));
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(s.ret, 0, "rig_accept: %d", s.ret);
+	rig_qp_endpoint(s.qp, &accepted_self);
+	cr_assert_eq(theirs.qp, accepted_self.qp, "the answer names queue pair %#x, not the "
+		     "accepted %#x", theirs.qp, accepted_self.qp);
+
+	cr_assert_eq(rig_qp_destroy(s.qp), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_listener_close(s.l), 0, "%s", rig_errmsg());
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+	cr_assert_eq(rig_qp_destroy(offer), 0);
+	if (sn != cn)
+		cr_assert_eq(rig_nic_close(sn), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_nic_close(cn), 0, "%s", rig_errmsg());
+}
+
+/*
+ * M2, M3, L1, M4: a raw-verbs peer dials in "rig3" with a sink of its
+ * own and gets a "rig3" answer whose sink is memory the listener's NIC
+ * registered for remote write: a one-byte write there with the
+ * answer's rkey and address (what rig's probes send) succeeds, and
+ * neither the rig side's rings nor its failure see it; the same write
+ * with the rkey changed is refused (REM_ACCESS_ERR: the key is checked).
+ */
+Test(cm, M3_L1_a_rig3_dialer_gets_a_rig3_answer_whose_sink_takes_a_byte)
+{
+	struct rig_nic *ln = t_nic_open(t_dev());
+	struct server s = { NULL, 10000000, -1, NULL };
+	const char *gi = getenv(t_peer_dev() ? "RIG_TEST_PEER_GID_INDEX" : "RIG_TEST_GID_INDEX");
+	uint8_t priv[RIG_CM_PRIVATE_SINK], raw_buf[64], mtu = 0;
+	struct rig_endpoint mine = { 0 }, theirs, accepted_self;
+	struct rig_cm_sink my_sink, sink = { 0, 0 };
+	struct rdma_event_channel *ch;
+	struct ibv_qp_init_attr ia = { 0 };
+	struct ibv_send_wr wr, *bad;
+	struct rdma_conn_param p;
+	struct rig_completion c;
+	struct rdma_cm_id *id;
+	struct ibv_port_attr pa;
+	struct ibv_sge sge;
+	struct raw_ev rep;
+	union ibv_gid gid;
+	struct ibv_mr *mr;
+	struct ibv_cq *cq;
+	struct ibv_pd *pd;
+	struct ibv_qp *qp;
+	struct ibv_wc wc;
+	pthread_t t;
+	int ret;
+
+	cr_assert_eq(rig_listen(ln, getenv("RIG_TEST_IP"), PORT_RIG3_SINK, &s.l), 0, "%s",
+		     rig_errmsg());
+	cr_assert_eq(pthread_create(&t, NULL, accept_one, &s), 0);
+	ch = raw_channel();
+	id = raw_resolve(ch, getenv("RIG_TEST_IP"), PORT_RIG3_SINK);
+	pd = ibv_alloc_pd(id->verbs);
+	cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
+	cr_assert(pd && cq);
+	ia.send_cq = ia.recv_cq = cq;
+	ia.cap.max_send_wr = ia.cap.max_recv_wr = 4;
+	ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+	ia.qp_type = IBV_QPT_RC;
+	ia.sq_sig_all = 1;
+	qp = ibv_create_qp(pd, &ia);
+	cr_assert_not_null(qp, "ibv_create_qp: %s", strerror(errno));
+	/* the peer's own sink, and the byte it sends from */
+	mr = ibv_reg_mr(pd, raw_buf, sizeof(raw_buf),
+			IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	cr_assert_not_null(mr);
+	memset(raw_buf, 0xa5, sizeof(raw_buf));
+	cr_assert_not_null(gi, "no GID index in the environment");
+	cr_assert_eq(ibv_query_gid(id->verbs, 1, atoi(gi), &gid), 0);
+	cr_assert_eq(ibv_query_port(id->verbs, 1, &pa), 0);
+	mine.qp = qp->qp_num;
+	mine.psn = 0x1234;
+	memcpy(mine.gid, gid.raw, 16);
+	my_sink = (struct rig_cm_sink){ mr->rkey, (uintptr_t)raw_buf };
+	rig_cm_pack_sink(&mine, pa.active_mtu, &my_sink, priv);
+	t_raw_param(&p, priv, RIG_CM_PRIVATE_SINK, qp->qp_num);
+	cr_assert_eq(rdma_connect(id, &p), 0, "rdma_connect: %s", strerror(errno));
+	raw_expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, &rep);
+	cr_assert_eq(memcmp(rep.priv, "rig3", 4), 0, "the answer's tag is %.4s, not rig3",
+		     (const char *)rep.priv);
+	ret = rig_cm_parse_sink(rep.priv, rep.len, &theirs, &mtu, &sink);
+	cr_assert_eq(ret, 3, "rig_cm_parse_sink of the answer (%zu bytes): %d %s", rep.len,
+		     ret, rig_errmsg());
+	cr_assert(sink.addr != 0, "the answer's sink is at address 0");
+	cr_assert_eq(rdma_establish(id), 0, "rdma_establish: %s", strerror(errno));
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(s.ret, 0, "rig_accept: %d", s.ret);
+	rig_qp_endpoint(s.qp, &accepted_self);
+	cr_assert_eq(theirs.qp, accepted_self.qp);
+	t_raw_connect(qp, atoi(gi), pa.active_mtu, mine.psn, theirs.qp, theirs.psn,
+		      theirs.gid);
+
+	/* one byte into the sink, as rig's probes write it: taken */
+	sge = (struct ibv_sge){ (uintptr_t)raw_buf, 1, mr->lkey };
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.wr.rdma.remote_addr = sink.addr;
+	wr.wr.rdma.rkey = sink.rkey;
+	cr_assert_eq(ibv_post_send(qp, &wr, &bad), 0);
+	wc = raw_wc_of(cq);
+	cr_assert_eq(wc.status, IBV_WC_SUCCESS, "the write into the sink got %s",
+		     ibv_wc_status_str(wc.status));
+	cr_assert_eq(rig_qp_poll(s.qp, RIG_RECEIVE, &c), 0, "the write completed a receive");
+	cr_assert_eq(rig_qp_failure(s.qp, NULL), 0);
+
+	/* the same with another key: refused */
+	wr.wr_id = 2;
+	wr.wr.rdma.rkey = sink.rkey ^ 0x5a;
+	cr_assert_eq(ibv_post_send(qp, &wr, &bad), 0);
+	wc = raw_wc_of(cq);
+	cr_assert_eq(wc.status, IBV_WC_REM_ACCESS_ERR, "a write with a wrong key got %s (%d)",
+		     ibv_wc_status_str(wc.status), wc.status);
+
+	cr_assert_eq(rig_qp_destroy(s.qp), 0);
+	ibv_destroy_qp(qp);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+	cr_assert_eq(rig_listener_close(s.l), 0);
+	cr_assert_eq(rig_nic_close(ln), 0);
 }

@@ -39,6 +39,7 @@
 #include <sys/times.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "t_device.h"
 
 /* Under ASan each queue pair costs the emulated guest about three times
@@ -479,6 +480,129 @@ Test(live, probe_shows_in_no_ring)
 	cr_assert_eq(a.ok_bytes, N, "a received %d of %d messages", a.ok_bytes, N);
 	cr_assert_eq(b.ok_bytes, N, "b received %d of %d messages", b.ok_bytes, N);
 	cr_assert_eq(a.other_taken + b.other_taken + a.failed_taken + b.failed_taken, 0);
+	end_close(&a);
+	end_close(&b);
+}
+
+/* ---- L1: what a probe writes, and that the peer's NIC checks its key ----- */
+
+/* A spy in the NIC context's post_send (ibv_post_send calls through it):
+ * it copies each liveness probe (wr_id UINT64_MAX, lib/internal.h) as
+ * posted, and with spy_corrupt set posts it with its rkey changed. */
+static int (*spy_real)(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+static struct ibv_send_wr spy_wr;
+static struct ibv_sge spy_sge;
+static int spy_probes;
+static bool spy_corrupt;
+
+static int spy_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct ibv_send_wr w;
+
+	if (wr->wr_id != RIG__PROBE_WR_ID)
+		return spy_real(qp, wr, bad);
+	spy_wr = *wr;
+	if (wr->num_sge)
+		spy_sge = wr->sg_list[0];
+	spy_probes++;
+	w = *wr;
+	if (spy_corrupt)
+		w.wr.rdma.rkey ^= 0x5a;	/* the sink's MR, a key it never had */
+	return spy_real(qp, &w, bad);
+}
+
+static void spy_on(struct rig_nic *nic, bool corrupt)
+{
+	spy_probes = 0;
+	spy_corrupt = corrupt;
+	spy_real = nic->ctx->ops.post_send;
+	nic->ctx->ops.post_send = spy_post_send;
+}
+
+static void spy_off(struct rig_nic *nic)
+{
+	nic->ctx->ops.post_send = spy_real;
+}
+
+static bool spied_three(struct end *a, struct end *b)
+{
+	(void)a;
+	(void)b;
+	return spy_probes >= 3;
+}
+
+static bool a_gone(struct end *a, struct end *b)
+{
+	(void)b;
+	return a->ngone == a->n;
+}
+
+/*
+ * L1: a probe to a peer of rig 0.4 ("rig3") is an RDMA WRITE of one
+ * byte, from the dialer's sink (its lkey), to the peer's sink: the
+ * rkey and address the peer's NIC registered and sent. Three probes go
+ * out and come back acknowledged: no failure, no news, nothing in a
+ * ring.
+ */
+Test(live, L1_a_probe_writes_one_byte_into_the_peer_sink)
+{
+	struct end a, b;
+
+	require_two_hosts();
+	end_open(&a, "a", t_dev(), 1, 100);
+	end_open(&b, "b", t_peer_dev(), 1, 100);
+	connect_ends(&a, &b, 1, PORT + 10);
+	spy_on(a.nic, false);
+	pump(&a, &b, t_now_ms() + LONG_MS, spied_three);
+	spy_off(a.nic);
+	cr_assert_geq(spy_probes, 3, "%d probes in %d ms", spy_probes, LONG_MS);
+	cr_assert_eq(spy_wr.opcode, IBV_WR_RDMA_WRITE, "opcode %d", spy_wr.opcode);
+	cr_assert_eq(spy_wr.num_sge, 1, "%d SGEs", spy_wr.num_sge);
+	cr_assert_eq(spy_sge.length, 1, "%u bytes", spy_sge.length);
+	cr_assert_eq(spy_sge.addr, (uintptr_t)a.nic->sink, "from %#llx, not the sink",
+		     (unsigned long long)spy_sge.addr);
+	cr_assert_eq(spy_sge.lkey, a.nic->sink_mr->lkey);
+	cr_assert_eq(spy_wr.wr.rdma.rkey, b.nic->sink_mr->rkey,
+		     "rkey %#x, the peer's sink's is %#x", spy_wr.wr.rdma.rkey,
+		     b.nic->sink_mr->rkey);
+	cr_assert_eq(spy_wr.wr.rdma.remote_addr, (uintptr_t)b.nic->sink,
+		     "to %#llx, the peer's sink is at %p",
+		     (unsigned long long)spy_wr.wr.rdma.remote_addr, b.nic->sink);
+	pump(&a, &b, t_now_ms() + 300, NULL);	/* the last probe's CQE */
+	cr_assert_eq(rig_qp_failure(a.qp[0], NULL), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_failure(b.qp[0], NULL), 0, "%s", rig_errmsg());
+	cr_assert_eq(a.ngone + b.ngone + a.taken + b.taken + a.ring_news + b.ring_news, 0);
+	end_close(&a);
+	end_close(&b);
+}
+
+/*
+ * L1: the peer's NIC checks the probe's rkey. The dialer's probes go
+ * out with their rkey changed (the spy): the first one fails the
+ * connection with a remote access error, -EACCES (IBV_WC_REM_ACCESS_ERR),
+ * and RIG_NEWS_GONE. rig 0.3's probe, zero bytes with rkey 0, never
+ * failed so on Soft-RoCE whatever its key: a zero-length write skips the
+ * key (rxe_resp.c, check_rkey; the IBTA, compliance statement 9-88).
+ */
+Test(live, L1_a_probe_with_a_wrong_rkey_fails_with_a_remote_access_error)
+{
+	struct end a, b;
+	int st;
+
+	require_two_hosts();
+	end_open(&a, "a", t_dev(), 1, 100);
+	end_open(&b, "b", t_peer_dev(), 1, 0);
+	connect_ends(&a, &b, 1, PORT + 11);
+	spy_on(a.nic, true);
+	pump(&a, &b, t_now_ms() + LONG_MS, a_gone);
+	spy_off(a.nic);
+	cr_assert_geq(spy_probes, 1);
+	cr_assert_eq(a.gone[0], -EACCES, "RIG_NEWS_GONE %d (1: none) after %d probes",
+		     a.gone[0], spy_probes);
+	cr_assert_eq(rig_qp_failure(a.qp[0], &st), -EACCES);
+	cr_assert_eq(st, IBV_WC_REM_ACCESS_ERR, "wc status %d", st);
+	fprintf(stderr, "test_live: a probe with a wrong rkey: -EACCES (%s) after %d probes\n",
+		ibv_wc_status_str(st), spy_probes);
 	end_close(&a);
 	end_close(&b);
 }

@@ -3,13 +3,15 @@
 #define RIG_CM_H
 /*
  * Connecting by address, with librdmacm. The two sides exchange their
- * endpoints (the 30-byte wire form, after a 4-byte tag "rig2", then the
- * MTU code of their port) in the connection manager's private data and
- * connect as rig_qp_connect() does, so the queue pairs follow exactly the
- * rules of rig(7) M3 and M4, with the smaller MTU of the two as their path
- * MTU. They also accept rig_cm_pack()'s form, which gives no MTU (rig(7)
- * CONNECTIONS BY ADDRESS), and a listener answers in the request's form.
- * The peer's private data is untrusted: rig_cm_parse_mtu() reads it.
+ * endpoints (the 30-byte wire form, after a 4-byte tag "rig3", then the
+ * MTU code of their port and their sink for the liveness probes) in the
+ * connection manager's private data and connect as rig_qp_connect()
+ * does, so the queue pairs follow exactly the rules of rig(7) M3 and M4,
+ * with the smaller MTU of the two as their path MTU. They also accept
+ * rig_cm_pack_mtu()'s and rig_cm_pack()'s forms, which give no sink or
+ * no MTU (rig(7) CONNECTIONS BY ADDRESS), and a listener answers in the
+ * request's form. The peer's private data is untrusted:
+ * rig_cm_parse_sink() reads it.
  * rig-wire(7) is the protocol, for a peer that is not rig.
  *
  * A connection owns its queue pair: rig_qp_destroy() disconnects it.
@@ -71,6 +73,9 @@ struct rig_listener;
 #define RIG_CM_PRIVATE 34
 /* rig_cm_pack_mtu()'s: the tag "rig2", the endpoint, the MTU code. */
 #define RIG_CM_PRIVATE_MTU 35
+/* rig_cm_pack_sink()'s: "rig2"'s, tagged "rig3", then the sink's rkey
+ * and address (rig-wire(7)). */
+#define RIG_CM_PRIVATE_SINK 47
 /* How long a handshake may wait for the peer's next step: from the
  * dialer's request until rig's answer is no part of it. */
 #define RIG_CM_HALF_OPEN_MS 3000
@@ -204,6 +209,36 @@ void rig_cm_pack_mtu(const struct rig_endpoint *e, uint8_t mtu,
  */
 int rig_cm_parse_mtu(const void *data, size_t len, struct rig_endpoint *e,
 		     uint8_t *mtu);
+
+/*
+ * A sink: a small region of the sender's own that grants remote write,
+ * where its peer's liveness probes write one byte (rig-wire(7) LIVENESS).
+ * rig's is one per NIC, of 64 bytes, and holds nothing.
+ */
+struct rig_cm_sink {
+	uint32_t rkey;
+	uint64_t addr;
+};
+
+/**
+ * rig_cm_pack_sink - the private data the connections by address send
+ * since rig 0.4: "rig3", @e's wire form, @mtu (as rig_cm_pack_mtu()),
+ * then @sink's rkey and address, big-endian (rig-wire(7))
+ */
+void rig_cm_pack_sink(const struct rig_endpoint *e, uint8_t mtu,
+		      const struct rig_cm_sink *sink,
+		      uint8_t out[RIG_CM_PRIVATE_SINK]);
+
+/**
+ * rig_cm_parse_sink - read a peer's private data in any of the three forms
+ *
+ * "rig3" (rig_cm_pack_sink()) sets *mtu and *sink; "rig2" sets *mtu and
+ * zeroes *sink; "rig1" zeroes both. Checked as strictly as
+ * rig_cm_parse_mtu(), zero padding allowed. Returns the form, 1, 2 or 3,
+ * or -EPROTO (and leaves *e, *mtu and *sink untouched) for anything else.
+ */
+int rig_cm_parse_sink(const void *data, size_t len, struct rig_endpoint *e,
+		      uint8_t *mtu, struct rig_cm_sink *sink);
 
 #ifdef __cplusplus
 }
