@@ -542,13 +542,17 @@ static int batch_prepare(struct rig_qp *pub, enum rig_side side,
 static int batch_posted(struct rig_qp *pub, enum rig_side side, const void *wr,
 			size_t size, int count, const void *bad, int ret)
 {
-	int taken = ret ? chain_taken(rig__qp(pub), wr, size, count, bad, ret)
-			: count;
+	struct rig__qp *qp = rig__qp(pub);
+	int taken = ret ? chain_taken(qp, wr, size, count, bad, ret) : count;
 
-	if (taken < count && post_refused_failed(rig__qp(pub), ret))
+	if (taken < count && post_refused_failed(qp, ret))
 		taken = count;
 
 	pub->ring[side].head += taken;
+	/* Entries of the other ring wait (rig(7) Q4): these went to the
+	 * NIC, none waits before them, so the next to feed follows them. */
+	if (qp->shallow && rig__ring_backlog(qp))
+		qp->fed[side] += taken;
 	if (taken)
 		return taken;
 	return rig__fail_verbs(ret, rig__qp(pub)->nic,
