@@ -467,6 +467,12 @@ struct rig__qp {
 	pthread_mutex_t feed_lock;
 	uint32_t fed[2];
 	struct rig__waiting *waiting[2];
+	/* rig_qp_stats of the backlog, per ring: entries that waited (the
+	 * owner's posts count them), and feeds that found the NIC's queue
+	 * empty with entries waiting (post.c, feed_ring; the loop's thread
+	 * feeds too, so atomic). */
+	uint64_t waited[2];
+	uint64_t ran_dry[2];
 };
 
 /* The wr_id of a liveness probe: no entry's (an entry's is its 32-bit

@@ -17,16 +17,21 @@
 #include "internal.h"
 
 /*
- * rig's queue pair (qp.c): a send queue and send CQ of RIG__QUEUE_DEPTH,
- * a receive queue and receive CQ of RIG_RING_ENTRIES; pinned.c says what
- * each provider pins for them.
+ * rig's queue pair as the NIC makes it now (qp.c): a send queue and send
+ * CQ of the depth and a liveness probe's request (RIG_PROBES_OUT), a
+ * receive queue and receive CQ of the depth; RIG__QUEUE_DEPTH and
+ * RIG_RING_ENTRIES at the full depth. pinned.c says what each provider
+ * pins for them.
  */
 RIG_EXPORT int64_t rig_nic_qp_pinned(const struct rig_nic *nic)
 {
+	uint32_t depth;
+
 	if (!nic)
 		return rig__fail(EINVAL, "rig_nic_qp_pinned: NULL argument");
-	return rig__qp_pinned(nic->vendor_id, RIG__QUEUE_DEPTH, RIG_RING_ENTRIES,
-			      RIG__QUEUE_DEPTH, RIG_RING_ENTRIES);
+	depth = __atomic_load_n(&nic->depth, __ATOMIC_RELAXED);
+	return rig__qp_pinned(nic->vendor_id, depth + RIG_PROBES_OUT, depth,
+			      depth + RIG_PROBES_OUT, depth);
 }
 
 /*
@@ -281,6 +286,7 @@ RIG_EXPORT int rig_nic_query(const struct rig_nic *nic, struct rig_nic_info *inf
 	all.soft_roce = nic->soft_roce;
 	all.vendor_id = nic->vendor_id;
 	all.max_rd_atomic = nic->max_rd_atomic;
+	all.depth = __atomic_load_n(&nic->depth, __ATOMIC_RELAXED);
 	rig__give_sized(info, info->size, &all, sizeof(all));
 	return 0;
 }

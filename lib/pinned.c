@@ -75,12 +75,16 @@ static uint64_t max_u64(uint64_t a, uint64_t b)
 #define MLX5_CQE 64
 /*
  * An RC queue pair's send overhead (_sq_overhead, providers/mlx5/verbs.c,
- * rdma-core v44 to v64 alike): the largest operation an RC queue may
- * post, without send_ops_flags every one, is a memory-window bind or
- * local invalidate: control segment 16 + UMR control 48 + mkey context
- * 64 + max(KLM 16, 64) = 192 bytes.
+ * rdma-core v44 to v64 alike): the largest operation the queue pair may
+ * post. rig makes it with send_ops_flags SEND, RDMA_WRITE and RDMA_READ
+ * (qp.c, create_qp): a control segment 16 + a remote-address segment 16
+ * = 32 bytes, so one 64-byte block a WQE with one gather entry. (Without
+ * send_ops_flags, as an rdma-core before v24 would make it, every RC
+ * operation: a memory-window bind or local invalidate, control 16 + UMR
+ * control 48 + mkey context 64 + max(KLM 16, 64) = 192, a WQE of 256,
+ * and the send queue pins four times the bytes.)
  */
-#define MLX5_RC_OVERHEAD 192
+#define MLX5_RC_OVERHEAD 32
 
 /* mlx5_calc_send_wqe (providers/mlx5/verbs.c): the overhead and the
  * gather list, or the overhead and the inline data, aligned to a block. */

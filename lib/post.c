@@ -336,12 +336,15 @@ static bool sealed(const struct rig__qp *qp)
 }
 
 /* Moves the entries waiting in ring @side to the NIC, oldest first, as
- * far as its depth allows; feed_lock held. */
-static void feed_ring(struct rig__qp *qp, enum rig_side side)
+ * far as its depth allows; feed_lock held. @count_dry: a NIC queue found
+ * empty counts as run dry (rig_qp_stats), unless the entries waiting are
+ * a batch just posted. */
+static void feed_ring(struct rig__qp *qp, enum rig_side side, bool count_dry)
 {
 	struct rig__ring *ring = &qp->pub.ring[side];
 	uint32_t room, left;
 	int k, taken;
+	bool dry;
 
 	while (qp->fed[side] != ring->head && !sealed(qp)) {
 		room = ring->depth - rig__ring_at_nic(qp, side);
@@ -358,7 +361,16 @@ static void feed_ring(struct rig__qp *qp, enum rig_side side)
 		k = (int)(room < left ? room : left);
 		if (k > RIG_BATCH_MAX)
 			k = RIG_BATCH_MAX;
+		/* Every entry the NIC was given has its CQE read: the NIC
+		 * holds none of this ring's, while entries wait in it. On
+		 * the receive ring a send that arrived since the NIC took
+		 * its last receive met an RNR NAK (rig(7) Q4, M3). Counted
+		 * once a refill ends it; the CQE is written after the
+		 * entry left the NIC, so the count holds on any provider. */
+		dry = count_dry && room == ring->depth;
 		taken = post_chain(qp, side, k);
+		if (dry && taken)
+			__atomic_add_fetch(&qp->ran_dry[side], 1, __ATOMIC_RELAXED);
 		qp->fed[side] += taken;
 		if (taken < k)
 			break;	/* the provider refused for now: the next feed tries again */
@@ -370,8 +382,8 @@ static void feed(struct rig__qp *qp)
 {
 	if (!rig__ring_backlog(qp))
 		return;
-	feed_ring(qp, RIG_SEND);
-	feed_ring(qp, RIG_RECEIVE);
+	feed_ring(qp, RIG_SEND, true);
+	feed_ring(qp, RIG_RECEIVE, true);
 }
 
 /* The owner, at the end of a slow path: once nothing waits on either
@@ -453,6 +465,7 @@ static int post_shallow(struct rig__qp *qp, enum rig__op op,
 		if ((ret = wait_room(qp, side)))
 			return ret;
 		qp->waiting[side][seq & RIG__MASK] = w;
+		qp->waited[side]++;
 		ring->head++;
 		feed(qp);
 		return 0;
@@ -542,13 +555,17 @@ static int batch_prepare(struct rig_qp *pub, enum rig_side side,
 static int batch_posted(struct rig_qp *pub, enum rig_side side, const void *wr,
 			size_t size, int count, const void *bad, int ret)
 {
-	int taken = ret ? chain_taken(rig__qp(pub), wr, size, count, bad, ret)
-			: count;
+	struct rig__qp *qp = rig__qp(pub);
+	int taken = ret ? chain_taken(qp, wr, size, count, bad, ret) : count;
 
-	if (taken < count && post_refused_failed(rig__qp(pub), ret))
+	if (taken < count && post_refused_failed(qp, ret))
 		taken = count;
 
 	pub->ring[side].head += taken;
+	/* Entries of the other ring wait (rig(7) Q4): these went to the
+	 * NIC, none waits before them, so the next to feed follows them. */
+	if (qp->shallow && rig__ring_backlog(qp))
+		qp->fed[side] += taken;
 	if (taken)
 		return taken;
 	return rig__fail_verbs(ret, rig__qp(pub)->nic,
@@ -579,9 +596,16 @@ static int batch_shallow(struct rig_qp *pub, enum rig_side side,
 				.lkey = posts[i].region->lkey,
 				.op = side == RIG_RECEIVE ? RIG__OP_RECEIVE : RIG__OP_SEND,
 			};
+		qp->waited[side] += (uint32_t)count;
 	}
 	ring->head += count;
-	feed(qp);
+	/* A batch over the depth may find the NIC's queue empty: the
+	 * application gave it nothing more, the library held nothing
+	 * back, so it is not counted as run dry. */
+	if (rig__ring_backlog(qp)) {
+		feed_ring(qp, side, false);
+		feed_ring(qp, side == RIG_SEND ? RIG_RECEIVE : RIG_SEND, true);
+	}
 	return count;
 }
 

@@ -84,8 +84,9 @@ static int make_refused(int err, struct rig_nic *nic, const char *step)
  *   mode the slots are aligned to 256, the same again; in static mode
  *   one 128-byte WQE more.)
  * - mlx5 (providers/mlx5/verbs.c, mlx5_calc_sq_size): the queue's bytes,
- *   max_send_wr times the WQE's size (256 for this RC queue pair), rounded
- *   up to a power of two: 4095 x 256 and 4096 x 256 both give 1 MiB.
+ *   max_send_wr times the WQE's size (64 for this RC queue pair, see
+ *   create_qp), rounded up to a power of two: 4095 x 64 and 4096 x 64
+ *   both give 256 KiB.
  * - The send CQ does cost: mlx5 allocates roundup_pow_of_two(cqe + 1)
  *   CQEs (create_cq), 8192 rather than 4096, 256 KiB more pinned;
  *   bnxt_re, where its kernel and library round too, as much or half
@@ -141,6 +142,51 @@ static uint32_t random_psn(void)
 	return r & RIG_24BITS;
 }
 
+/*
+ * ibv_create_qp, asking mlx5 for its smallest send WQE. mlx5 sizes every
+ * send WQE for the largest operation the queue pair may post
+ * (rdma-core providers/mlx5/verbs.c: sq_overhead, _sq_overhead,
+ * mlx5_calc_send_wqe): without send_ops_flags an RC queue pair may post
+ * any, a memory-window bind the largest (192 bytes of segments), so each
+ * WQE of one gather entry takes 256 bytes. Told that only sends, RDMA
+ * writes (the liveness probe) and reads are posted, the overhead is a
+ * control and a remote-address segment, 32 bytes, and with one data
+ * segment a WQE is one 64-byte block: a send queue, pinned, of a quarter
+ * the bytes (pinned.c). ibv_post_send stays allowed on such a queue pair
+ * (libibverbs/man/ibv_wr_post.3.md: ibv_post_send and the ibv_wr_* calls
+ * may interleave outside each other's critical region; mlx5's
+ * _mlx5_post_send builds each request's segments whatever the flags).
+ * IBV_QP_INIT_ATTR_SEND_OPS_FLAGS came with rdma-core v24; a provider
+ * that refuses the extended create gets the plain one. Other providers
+ * size their WQEs apart from the operations and are asked plainly.
+ */
+static struct ibv_qp *create_qp(struct rig_nic *nic, struct ibv_qp_init_attr *attr)
+{
+	struct ibv_qp_init_attr_ex ax;
+	struct ibv_qp *qp;
+
+	if (nic->vendor_id == RIG_MLX5_VENDOR_ID) {
+		memset(&ax, 0, sizeof(ax));
+		ax.qp_context = attr->qp_context;
+		ax.send_cq = attr->send_cq;
+		ax.recv_cq = attr->recv_cq;
+		ax.cap = attr->cap;
+		ax.qp_type = attr->qp_type;
+		ax.sq_sig_all = attr->sq_sig_all;
+		ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+		ax.pd = nic->pd;
+		ax.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE |
+				    IBV_QP_EX_WITH_RDMA_READ;
+		qp = ibv_create_qp_ex(nic->ctx, &ax);
+		if (qp) {
+			attr->cap = ax.cap;
+			return qp;
+		}
+		errno = 0;	/* the plain create's refusal is the one told */
+	}
+	return ibv_create_qp(nic->pd, attr);
+}
+
 RIG_EXPORT __cold int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out)
 {
 	struct ibv_qp_init_attr attr = { 0 };
@@ -176,7 +222,7 @@ RIG_EXPORT __cold int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out)
 	attr.qp_type = IBV_QPT_RC;
 	attr.sq_sig_all = 1;	/* every entry gets a completion (Q2) */
 	errno = 0;	/* a refusal may set none (make_refused) */
-	qp->pub.ibqp = ibv_create_qp(nic->pd, &attr);
+	qp->pub.ibqp = create_qp(nic, &attr);
 	if (!qp->pub.ibqp) {
 		ret = make_refused(errno, nic, "ibv_create_qp");
 		goto out_receive_ring;

@@ -248,6 +248,8 @@ RIG_EXPORT int rig_qp_stats(const struct rig_qp *pub, enum rig_side side,
 		.slept = qp->slept[side],
 		.completed = qp->completed[side],
 		.async_events = __atomic_load_n(&qp->async_events, __ATOMIC_RELAXED),
+		.waited = qp->waited[side],
+		.ran_dry = __atomic_load_n(&qp->ran_dry[side], __ATOMIC_RELAXED),
 	};
 	rig__give_sized(s, s->size, &all, sizeof(all));
 	return 0;

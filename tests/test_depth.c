@@ -369,18 +369,70 @@ Test(depth, Q4_F3_F5_a_failure_completes_4000_waiting_entries, .timeout = 120)
 	rig_nic_close(nic);
 }
 
+/* A counter of the device's port 1 (sysfs hw_counters: Soft-RoCE's
+ * drivers/infiniband/sw/rxe/rxe_hw_counters.c names them), or -1 where
+ * the device has none. */
+static long long hw_counter(const char *name)
+{
+	char path[256];
+	long long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/1/hw_counters/%s",
+		 t_dev(), name);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (fscanf(f, "%lld", &v) != 1)
+		v = -1;
+	fclose(f);
+	return v;
+}
+
+static struct rig_qp_stats ring_stats(struct rig_qp *qp, enum rig_side side)
+{
+	struct rig_qp_stats s = { .size = sizeof(s) };
+
+	cr_assert_eq(rig_qp_stats(qp, side, &s), 0, "%s", rig_errmsg());
+	return s;
+}
+
 /*
  * Q4, M3 (d): a burst of 1000 messages at depth 8, the receiver taking
  * one every 2 ms: the NIC holds 8 receives, the sender meets RNR NAKs and
  * resends, and none is lost or reordered.
+ *
+ * It begins with one stretch of a receive queue run dry, made sure: the
+ * sender takes its first 8 completions before the receiver polls at all.
+ * A send completes once the peer acknowledged it, and the peer's NIC
+ * acknowledges a send after it wrote the receive's CQE (Soft-RoCE:
+ * drivers/infiniband/sw/rxe/rxe_resp.c, do_complete posts the CQE, then
+ * acknowledge sends the ACK); so then b's NIC holds no receive, all 8
+ * CQEs are in b's CQ, and 992 receives wait in b's ring. The sender's
+ * next poll gives its NIC 8 more sends: the first meets an RNR NAK and
+ * is resent (M3), until b refills. b's first poll reads the 8 CQEs and
+ * refills: its receive ring has run dry exactly once (rig_qp_stats).
+ *
+ * What relates that count to the device's (Soft-RoCE counts the RNR NAKs
+ * its responders send, send_rnr_err, and those its requesters receive,
+ * rcvd_rnr_err): a stretch counted while a send of the peer is on the
+ * wire gives at least one NAK, which the test waits for before b polls.
+ * Over the whole burst neither bounds the other: a stretch no send meets
+ * gives none, one that lasts several resend periods gives one for each,
+ * and a stretch that begins after the receiver's last read of its CQ and
+ * ends at its next refill is never seen, so gives NAKs the count has not.
  */
 Test(depth, Q4_M3_a_receive_burst_beyond_the_depth, .timeout = 300)
 {
 	struct rig_nic *nic = shallow_nic();
+	long long nak0 = hw_counter("send_rnr_err"), rnr0 = hw_counter("rcvd_rnr_err");
+	long long nak = nak0;
 	struct rig_completion c;
+	struct rig_qp_stats s;
 	struct rig_qp *a, *b;
 	struct t_buf tx, rx;
 	int i, n = 1000, sent = 0, ret;
+	double end;
 
 	a = t_qp(nic);
 	b = t_qp(nic);
@@ -390,11 +442,34 @@ Test(depth, Q4_M3_a_receive_burst_beyond_the_depth, .timeout = 300)
 	t_connect(a, b);
 	post_receives(b, &rx, n);
 	post_sends(a, &tx, n);
+	s = ring_stats(b, RIG_RECEIVE);
+	cr_assert_eq(s.waited, (uint64_t)(n - DEPTH), "%llu receives waited",
+		     (unsigned long long)s.waited);
+	cr_assert_eq(s.ran_dry, 0);
+	for (; sent < DEPTH; sent++) {
+		c = t_take(a, RIG_SEND, 10000);
+		cr_assert_eq(c.error, 0, "send %d: %s", sent, c.why);
+	}
+	/* b's NIC holds no receive: send 8 cannot complete. */
+	cr_assert_eq(rig_qp_poll(a, RIG_SEND, &c), 0);
+	cr_assert_eq(ring_stats(b, RIG_RECEIVE).ran_dry, 0);
+	if (nak0 >= 0) {
+		end = t_now_ms() + 10000;
+		while ((nak = hw_counter("send_rnr_err")) == nak0) {
+			cr_assert_lt(t_now_ms(), end, "no RNR NAK in 10 s with b's receive queue empty");
+			usleep(1000);
+		}
+	}
 	for (i = 0; i < n; i++) {
 		ret = rig_qp_wait(b, RIG_RECEIVE, 10 * 1000000, &c);
 		cr_assert_eq(ret, 1, "receive %d: %d %s", i, ret, rig_errmsg());
 		cr_assert_eq(c.error, 0, "receive %d: %s", i, c.why);
 		cr_assert(stamped(&rx, (uint32_t)i, (uint32_t)i), "receive %d: another message", i);
+		if (i == 0) {
+			s = ring_stats(b, RIG_RECEIVE);
+			cr_assert_eq(s.ran_dry, 1, "b's receive ring ran dry %llu times",
+				     (unsigned long long)s.ran_dry);
+		}
 		while (rig_qp_poll(a, RIG_SEND, &c) == 1) {
 			cr_assert_eq(c.error, 0, "send %d: %s", sent, c.why);
 			sent++;
@@ -406,6 +481,14 @@ Test(depth, Q4_M3_a_receive_burst_beyond_the_depth, .timeout = 300)
 		cr_assert_eq(c.error, 0, "send %d: %s", sent, c.why);
 		sent++;
 	}
+	s = ring_stats(b, RIG_RECEIVE);
+	cr_assert_geq(s.ran_dry, 1);
+	cr_assert_eq(s.waited, (uint64_t)(n - DEPTH));
+	cr_log_info("b's receive ring ran dry %llu times; the device sent %lld RNR NAKs (%lld before b's first poll) and its requesters received %lld",
+		    (unsigned long long)s.ran_dry, hw_counter("send_rnr_err") - nak0, nak - nak0,
+		    rnr0 >= 0 ? hw_counter("rcvd_rnr_err") - rnr0 : -1);
+	if (nak0 >= 0)
+		cr_assert_gt(nak, nak0);
 	rig_nic_close(nic);
 }
 

@@ -15,14 +15,15 @@
  * Worked by hand, 4 KiB pages, one gather and one scatter entry, no
  * inline data, all four depths n:
  *
- * mlx5, n = 4096: send WQE 192 + 16 = 208, aligned to 64: 256; send
- *   queue pow2(4096 x 256) = 1 MiB; receive queue pow2(4096) x 16 =
- *   64 KiB; each CQ pow2(4097) = 8192 CQEs x 64 = 512 KiB.
- *   1024 + 64 + 512 + 512 = 2112 KiB.
- * mlx5, n = 64: send queue 64 x 256 = 16 KiB, receive queue 64 x 16 =
- *   1 KiB, one buffer of 17 KiB: 5 pages, 20 KiB; each CQ pow2(65) =
- *   128 x 64 = 8 KiB. 20 + 8 + 8 = 36 KiB.
- * mlx5, n = 1: send queue 256 B and receive queue max(16, 64) = 64 B in
+ * mlx5 (send_ops_flags SEND, RDMA_WRITE, RDMA_READ: lib/qp.c), n = 4096:
+ *   send WQE 32 + 16 = 48, aligned to 64; send queue pow2(4096 x 64) =
+ *   256 KiB; receive queue pow2(4096) x 16 = 64 KiB; each CQ pow2(4097)
+ *   = 8192 CQEs x 64 = 512 KiB. 256 + 64 + 512 + 512 = 1344 KiB. (A
+ *   plain create's WQE of 192 + 16, 256 bytes, made it 2112.)
+ * mlx5, n = 64: send queue 64 x 64 = 4 KiB, receive queue 64 x 16 =
+ *   1 KiB, one buffer of 5 KiB: 2 pages, 8 KiB; each CQ pow2(65) =
+ *   128 x 64 = 8 KiB. 8 + 8 + 8 = 24 KiB.
+ * mlx5, n = 1: send queue 64 B and receive queue max(16, 64) = 64 B in
  *   one page; each CQ pow2(2) x 64 = 128 B, a page. 12 KiB.
  * bnxt_re RD, n = 4096: send queue pow2(4096 + 129) = 8192 WQEs of 128
  *   and 8192 PSN entries of 16: 1152 KiB; receive queue pow2(4097) =
@@ -43,8 +44,8 @@
  *
  * rig's own queue pair (lib/qp.c): send queue and send CQ 4096, receive
  * queue and receive CQ 4095:
- * mlx5: 1024 + pow2(4095) x 16 = 64 + 512 + pow2(4096) x 64 = 256:
- *   1856 KiB.
+ * mlx5: 256 + pow2(4095) x 16 = 64 + 512 + pow2(4096) x 64 = 256:
+ *   1088 KiB (1856 with 256-byte WQEs).
  * bnxt_re RD: send queue 1152 KiB; receive queue pow2(4096) x 128 =
  *   512 KiB; send CQ 512 KiB; receive CQ pow2(8191) = 8192 x 32 =
  *   256 KiB. 2432 KiB. R: CQs pow2(4097) = 8192 x 32 = 256 KiB and
@@ -111,11 +112,11 @@ static const struct {
 	{ 1,    { 12,   48,   48,   32,   32,   36 } },
 	{ 2,    { 12,   48,   48,   32,   32,   36 } },
 	{ 8,    { 12,   48,   48,   32,   32,   36 } },
-	{ 63,   { 28,   52,   52,   44,   44,   44 } },
-	{ 64,   { 36,   60,   68,   48,   56,   60 } },
-	{ 256,  { 132,  168,  200,  116,  132,  136 } },
-	{ 4095, { 1600, 1920, 2176, 1364, 1620, 1680 } },
-	{ 4096, { 2112, 2688, 3200, 1376, 1632, 1696 } },
+	{ 63,   { 16,   52,   52,   44,   44,   44 } },
+	{ 64,   { 24,   60,   68,   48,   56,   60 } },
+	{ 256,  { 84,   168,  200,  116,  132,  136 } },
+	{ 4095, { 832,  1920, 2176, 1364, 1620, 1680 } },
+	{ 4096, { 1344, 2688, 3200, 1376, 1632, 1696 } },
 };
 
 Test(pinned, all_depths_equal)
@@ -134,8 +135,8 @@ Test(pinned, all_depths_equal)
 /* rig's queue pair: send 4096, receive 4095 (and at depth 64: 64, 63). */
 Test(pinned, rigs_queue_pair)
 {
-	static const int64_t kib[NSTACKS] = { 1856, 2048, 2432, 1368, 1624, 1688 };
-	static const int64_t kib64[NSTACKS] = { 32, 52, 56, 44, 48, 52 };
+	static const int64_t kib[NSTACKS] = { 1088, 2048, 2432, 1368, 1624, 1688 };
+	static const int64_t kib64[NSTACKS] = { 20, 52, 56, 44, 48, 52 };
 
 	for (int st = 0; st < NSTACKS; st++) {
 		cr_expect_eq(pinned(st, 4096, 4095, 4096, 4095), kib[st] * KiB, "%s", names[st]);
@@ -146,9 +147,9 @@ Test(pinned, rigs_queue_pair)
 /* Each side on its own: the queues and CQs are sized apart. */
 Test(pinned, sides_apart)
 {
-	/* mlx5: a send queue of 256 alone: 64 KiB; a receive CQ alone of 4095:
+	/* mlx5: a send queue of 256 alone: 16 KiB; a receive CQ alone of 4095:
 	 * 4096 x 64 = 256 KiB. */
-	cr_expect_eq(pinned(MLX5, 256, 0, 0, 0), 64 * KiB);
+	cr_expect_eq(pinned(MLX5, 256, 0, 0, 0), 16 * KiB);
 	cr_expect_eq(pinned(MLX5, 0, 0, 0, 4095), 256 * KiB);
 	/* bnxt_re RD: the receive queue of 1 still has pow2(2) x 128 = 256 B,
 	 * a page; a send queue of 1 pow2(130) = 256 x 144 = 36 KiB. */
@@ -158,15 +159,15 @@ Test(pinned, sides_apart)
 	cr_expect_eq(pinned(U, 0, 0, 4096, 0) - pinned(U, 0, 0, 0, 0), 132 * KiB);
 }
 
-/* mlx5 with inline data: 64 bytes make a send WQE of 192 + align(4 + 64,
- * 16) = 272, aligned to 320; 64 of them 20480 B, pow2: 32 KiB, and the
- * receive queue's 1 KiB: 9 pages, 36 KiB; CQs 8 KiB each. */
+/* mlx5 with inline data: 64 bytes make a send WQE of 32 + align(4 + 64,
+ * 16) = 112, aligned to 128; 64 of them 8 KiB, and the receive queue's
+ * 1 KiB: 3 pages, 12 KiB; CQs 8 KiB each. */
 Test(pinned, mlx5_inline)
 {
 	const struct rig__qp_depths d = { 64, 64, 64, 64, 1, 1, 64 };
 	const struct rig__pin_stack s = { .provider = RIG__PIN_MLX5, .page = 4096 };
 
-	cr_expect_eq(rig__pinned(&d, &s), 52 * KiB);
+	cr_expect_eq(rig__pinned(&d, &s), 28 * KiB);
 }
 
 /* 64 KiB pages: each of the three buffers of an mlx5 queue pair of
@@ -193,8 +194,8 @@ Test(pinned, bound_by_kernel)
 	/* Unreadable: as an older kernel, the larger figure. */
 	cr_expect_eq(rig__pinned_bound(RIG__PIN_BNXT_RE, &d, "linux", 4096), 2432 * KiB);
 	cr_expect_eq(rig__pinned_bound(RIG__PIN_BNXT_RE, &d, NULL, 4096), 2432 * KiB);
-	cr_expect_eq(rig__pinned_bound(RIG__PIN_MLX5, &d, "6.1.0", 4096), 1856 * KiB);
-	cr_expect_eq(rig__pinned_bound(RIG__PIN_MLX5, &d, "6.8.0", 4096), 1856 * KiB);
+	cr_expect_eq(rig__pinned_bound(RIG__PIN_MLX5, &d, "6.1.0", 4096), 1088 * KiB);
+	cr_expect_eq(rig__pinned_bound(RIG__PIN_MLX5, &d, "6.8.0", 4096), 1088 * KiB);
 }
 
 /* What rig_nic_qp_pinned reports, by vendor, on this host's kernel. */
@@ -205,7 +206,7 @@ Test(pinned, by_vendor)
 	cr_expect_eq(rig__qp_pinned(RIG_RXE_VENDOR_ID, 4096, 4095, 4096, 4095), 0);
 	if (sysconf(_SC_PAGESIZE) != 4096)
 		return;
-	cr_expect_eq(rig__qp_pinned(RIG_MLX5_VENDOR_ID, 4096, 4095, 4096, 4095), 1856 * KiB);
+	cr_expect_eq(rig__qp_pinned(RIG_MLX5_VENDOR_ID, 4096, 4095, 4096, 4095), 1088 * KiB);
 	cr_expect(bnxt == 2432 * KiB || bnxt == 2048 * KiB, "bnxt_re: %lld", (long long)bnxt);
 	cr_expect_eq(rig__qp_pinned(0x1234, 4096, 4095, 4096, 4095), bnxt);
 }

@@ -470,6 +470,9 @@ Test(make, M1_C1_enomem_names_rlimit_memlock)
 	play_vendor = 0x14e4;
 	nic = t_nic_open(t_dev());
 	play_vendor = 0;
+	/* The full depth's figure, whatever RIG_QP_DEPTH says (the shallow
+	 * pass of tests/run-all sets it). */
+	cr_assert_eq(rig_nic_set_depth(nic, RIG_RING_ENTRIES), 0);
 	cr_assert_eq(rig_nic_qp_pinned(nic), 2432 * 1024);
 	cr_assert_eq(getrlimit(RLIMIT_MEMLOCK, &rl), 0);
 	rl.rlim_cur = 8 * MiB;
@@ -498,6 +501,126 @@ Test(make, M1_C1_enomem_names_rlimit_memlock)
 	t_connect(qp, qp);
 	cr_assert_eq(rig_qp_destroy(qp), 0, "%s", rig_errmsg());
 	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
+}
+
+/*
+ * M1, Q4: rig_nic_qp_pinned follows the NIC's depth (rig_nic_set_depth):
+ * on the device taken for mlx5, 1088 KiB at the full depth (a send queue
+ * of 4096 WQEs of 64 bytes, 256 KiB; receive entries of 16 bytes; CQs of
+ * 8192 and 4096 CQEs of 64 bytes), 12 KiB at depth 8 (a send queue of
+ * 9 x 64 and receives of 8 x 16 in one page, and two CQs of 16 CQEs, a
+ * page each), and the full figure again when set back; rig_nic_query
+ * gives the depth. Soft-RoCE pins none at any depth.
+ */
+Test(make, M1_Q4_pinned_follows_the_depth)
+{
+	struct rig_nic_info info = { .size = sizeof(info) };
+
+	play_vendor = 0x02c9;
+	nic = t_nic_open(t_dev());
+	play_vendor = 0;
+	cr_assert_eq(rig_nic_set_depth(nic, RIG_RING_ENTRIES), 0);
+	cr_assert_eq(rig_nic_qp_pinned(nic), 1088 * 1024, "%lld",
+		     (long long)rig_nic_qp_pinned(nic));
+	cr_assert_eq(rig_nic_query(nic, &info), 0);
+	cr_assert_eq(info.depth, RIG_RING_ENTRIES);
+	cr_assert_eq(rig_nic_set_depth(nic, 8), 0);
+	cr_assert_eq(rig_nic_qp_pinned(nic), 12 * 1024, "%lld",
+		     (long long)rig_nic_qp_pinned(nic));
+	cr_assert_eq(rig_nic_query(nic, &info), 0);
+	cr_assert_eq(info.depth, 8);
+	cr_assert_eq(rig_nic_set_depth(nic, RIG_RING_ENTRIES), 0);
+	cr_assert_eq(rig_nic_qp_pinned(nic), 1088 * 1024);
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
+
+	nic = t_nic_open(t_dev());
+	cr_assert_eq(rig_nic_set_depth(nic, 8), 0);
+	cr_assert_eq(rig_nic_qp_pinned(nic), 0);
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
+}
+
+/*
+ * M1: on mlx5 a queue pair is made by ibv_create_qp_ex with
+ * send_ops_flags SEND, RDMA_WRITE and RDMA_READ, for mlx5's 64-byte send
+ * WQE (lib/qp.c, create_qp); a refused extended create falls back to the
+ * plain one; any other provider gets the plain create. The device is
+ * taken for mlx5, bnxt_re and itself (play_vendor), and the provider's
+ * create_qp_ex, which libibverbs' inline ibv_create_qp_ex calls through
+ * the context's verbs ops, is counted (the plain ibv_create_qp calls the
+ * provider's create_qp). The queue pair made through it posts with
+ * ibv_post_send as any other: a message each way.
+ */
+static struct ibv_qp *(*real_create_qp_ex)(struct ibv_context *, struct ibv_qp_init_attr_ex *);
+static int ex_calls, ex_refuse;
+static uint32_t ex_mask;
+static uint64_t ex_ops;
+
+static struct ibv_qp *counted_create_qp_ex(struct ibv_context *ctx,
+					   struct ibv_qp_init_attr_ex *ax)
+{
+	ex_calls++;
+	ex_mask = ax->comp_mask;
+	ex_ops = ax->send_ops_flags;
+	if (ex_refuse || !real_create_qp_ex) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return real_create_qp_ex(ctx, ax);
+}
+
+/* Opens the device as @vendor (0: itself) and counts its extended
+ * creates from its second queue pair on; returns the first. */
+static struct rig_qp *open_counted(uint32_t vendor, struct verbs_context **vctx)
+{
+	struct rig_qp *first;
+
+	play_vendor = vendor;
+	nic = t_nic_open(t_dev());
+	play_vendor = 0;
+	first = t_qp(nic);
+	*vctx = verbs_get_ctx(first->ibqp->context);
+	cr_assert_not_null(*vctx);
+	real_create_qp_ex = (*vctx)->create_qp_ex;
+	(*vctx)->create_qp_ex = counted_create_qp_ex;
+	ex_calls = ex_refuse = 0;
+	return first;
+}
+
+Test(make, M1_mlx5_asks_its_64_byte_send_wqe)
+{
+	static const uint32_t others[] = { 0x14e4, 0 };
+	struct verbs_context *vctx;
+	struct rig_qp *first, *qp;
+	struct t_buf tx, rx;
+	size_t i;
+
+	first = open_counted(0x02c9, &vctx);
+	qp = t_qp(nic);
+	cr_assert_eq(ex_calls, 1, "%d extended creates", ex_calls);
+	cr_assert_eq(ex_mask, IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS);
+	cr_assert_eq(ex_ops, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE |
+			     IBV_QP_EX_WITH_RDMA_READ, "send_ops_flags 0x%llx",
+		     (unsigned long long)ex_ops);
+	t_connect(qp, first);
+	t_buf(&tx, nic, 64, 1);
+	t_buf(&rx, nic, 64, 2);
+	t_exchange(qp, first, &tx, &rx, 64);
+	t_exchange(first, qp, &rx, &tx, 64);
+	ex_refuse = 1;
+	qp = t_qp(nic);
+	cr_assert_eq(ex_calls, 2, "%d extended creates", ex_calls);
+	cr_assert_eq(rig_qp_destroy(qp), 0, "%s", rig_errmsg());
+	vctx->create_qp_ex = real_create_qp_ex;
+	cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
+
+	for (i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+		open_counted(others[i], &vctx);
+		qp = t_qp(nic);
+		cr_assert_eq(ex_calls, 0, "vendor 0x%x: %d extended creates", others[i],
+			     ex_calls);
+		vctx->create_qp_ex = real_create_qp_ex;
+		cr_assert_eq(rig_nic_close(nic), 0, "%s", rig_errmsg());
+	}
 }
 
 /* Checks that no post changed anything: rooms full, and the next real

@@ -1735,6 +1735,40 @@ static void Q4_F2_nothing_follows_a_flush(void)
 	cr_assert_eq(taken(RIG_RECEIVE), 2, "%zu receives reached the NIC", taken(RIG_RECEIVE));
 }
 
+/*
+ * Q4, P1: a batch that fits in the NIC posted while the other ring has
+ * entries waiting goes to the NIC at once, once: at depth 2, three
+ * receives (one waits), then a batch of two sends, which the NIC takes.
+ * Polls and a message move the waiting receive and nothing else: the
+ * NIC took two sends, no more, each once, and both complete in order.
+ * (The batch's sends went to the NIC while nothing waited on their ring;
+ * a feed that took them for waiting ones would read requests never kept,
+ * as test_vanish's control, run at RIG_QP_DEPTH=2, found: a crash.)
+ */
+static void Q4_P1_a_batch_that_fits_beside_a_waiting_ring(void)
+{
+	struct rig_post p[2];
+	int i;
+
+	fake_depth(f, 2);
+	for (i = 0; i < 3; i++)
+		post_one(RIG_RECEIVE, 16);
+	batch(p, 2, 8, 500);
+	cr_assert_eq(rig_qp_send_batch(f->qp, p, 2), 2, "%s", rig_errmsg());
+	cr_assert_eq(taken(RIG_SEND), 2, "%zu sends", taken(RIG_SEND));
+	expect_none(RIG_SEND);
+	fake_message(f, 4);
+	expect_ok(RIG_RECEIVE, 4);
+	cr_assert_eq(taken(RIG_RECEIVE), 3, "%zu receives", taken(RIG_RECEIVE));
+	expect_none(RIG_SEND);
+	cr_assert_eq(taken(RIG_SEND), 2, "%zu sends reached the NIC", taken(RIG_SEND));
+	fake_complete(f, RIG_SEND, 2, IBV_WC_SUCCESS);
+	expect_ok(RIG_SEND, 8);
+	expect_ok(RIG_SEND, 9);
+	expect_none(RIG_SEND);
+	cr_assert_eq(taken(RIG_SEND), 2, "%zu sends reached the NIC", taken(RIG_SEND));
+}
+
 static const struct script shallow_scripts[] = {
 #define SCRIPT(name, profiles) { #name, name, profiles }
 	SCRIPT(Q4_entries_beyond_the_depth_go_in_order, ALL),
@@ -1743,6 +1777,7 @@ static const struct script shallow_scripts[] = {
 	SCRIPT(Q4_F1_event_with_entries_waiting, ALL),
 	SCRIPT(Q4_batches_beyond_the_depth, ALL),
 	SCRIPT(Q4_F2_nothing_follows_a_flush, ALL & ~NIC & ~BNXT),
+	SCRIPT(Q4_P1_a_batch_that_fits_beside_a_waiting_ring, ALL),
 #undef SCRIPT
 };
 

@@ -126,6 +126,79 @@ Test(stats, F6_entries_the_library_completed_after_a_failure)
 	expect_stats(RIG_SEND, 2, 2, 0, 1);
 }
 
+/* What the backlog counts. */
+static void expect_backlog(enum rig_side side, uint64_t waited, uint64_t ran_dry)
+{
+	struct rig_qp_stats s = stats(side);
+
+	cr_assert_eq(s.waited, waited, "ring %d: waited %llu, not %llu", side,
+		     (unsigned long long)s.waited, (unsigned long long)waited);
+	cr_assert_eq(s.ran_dry, ran_dry, "ring %d: ran dry %llu times, not %llu", side,
+		     (unsigned long long)s.ran_dry, (unsigned long long)ran_dry);
+}
+
+/*
+ * Q4: at depth 2, five receives: two go to the NIC, three wait. Two
+ * messages take both: the poll that reads their CQEs finds the NIC
+ * holding no receive while three wait, and gives it two: once run dry.
+ * One more message, one more receive given: the NIC held one, not dry.
+ * The last two messages with nothing waiting: not dry either (the
+ * application gave the ring no more). The send ring counts nothing.
+ */
+Test(stats, Q4_M3_receives_that_waited_and_a_receive_queue_run_dry)
+{
+	struct rig_completion c;
+	int i;
+
+	fake_depth(f, 2);
+	for (i = 0; i < 5; i++)
+		cr_assert_eq(rig_qp_receive(f->qp, &f->r, 0, 64), 0, "%s", rig_errmsg());
+	cr_assert_eq(f->ring[RIG_RECEIVE].nreq, 2);
+	expect_backlog(RIG_RECEIVE, 3, 0);
+	fake_message(f, 10);
+	fake_message(f, 10);
+	take(RIG_RECEIVE, 0);
+	cr_assert_eq(f->ring[RIG_RECEIVE].nreq, 4);
+	expect_backlog(RIG_RECEIVE, 3, 1);
+	take(RIG_RECEIVE, 0);
+	cr_assert_eq(rig_qp_poll(f->qp, RIG_RECEIVE, &c), 0);
+	fake_message(f, 10);
+	take(RIG_RECEIVE, 0);
+	cr_assert_eq(f->ring[RIG_RECEIVE].nreq, 5);
+	expect_backlog(RIG_RECEIVE, 3, 1);
+	fake_message(f, 10);
+	fake_message(f, 10);
+	take(RIG_RECEIVE, 0);
+	take(RIG_RECEIVE, 0);
+	expect_backlog(RIG_RECEIVE, 3, 1);
+	expect_backlog(RIG_SEND, 0, 0);
+	expect_stats(RIG_RECEIVE, 5, 5, 0, 0);
+}
+
+/*
+ * Q4: a batch of five sends at depth 2 on an idle NIC waits whole and
+ * the NIC gets two at once: five waited, and the NIC's empty queue is the
+ * application's doing, not run dry. Once both complete and three wait,
+ * the next poll finds it empty: run dry once.
+ */
+Test(stats, Q4_a_batch_over_the_depth_waits_and_is_not_run_dry)
+{
+	struct rig_post p[5];
+	int i;
+
+	for (i = 0; i < 5; i++)
+		p[i] = (struct rig_post){ &f->r, 0, 8, 0 };
+	fake_depth(f, 2);
+	cr_assert_eq(rig_qp_send_batch(f->qp, p, 5), 5, "%s", rig_errmsg());
+	cr_assert_eq(f->ring[RIG_SEND].nreq, 2);
+	expect_backlog(RIG_SEND, 5, 0);
+	fake_complete(f, RIG_SEND, 2, IBV_WC_SUCCESS);
+	take(RIG_SEND, 0);
+	cr_assert_eq(f->ring[RIG_SEND].nreq, 4);
+	expect_backlog(RIG_SEND, 5, 1);
+	expect_backlog(RIG_RECEIVE, 0, 0);
+}
+
 /* The size field: a smaller (older) structure gets what it names, a
  * bigger (newer) one its tail zeroed; bad arguments change nothing. */
 Test(stats, size_and_bad_arguments)

@@ -36,7 +36,8 @@ struct dev {
 	ssize_t ngid;
 	int usable;			/* rig_nic_open() took it */
 	struct rig_nic_info info;	/* when usable */
-	int64_t pinned;			/* when usable: rig_nic_qp_pinned() */
+	int64_t pinned;			/* when usable: rig_nic_qp_pinned() at the full depth */
+	int64_t pinned_depth;		/* and at the NIC's depth (info.depth) */
 	char why[1024];			/* when not */
 };
 
@@ -141,11 +142,17 @@ static void probe(struct ibv_device *ibdev, struct dev *d)
 		return;
 	}
 	d->info.size = sizeof(d->info);
-	d->pinned = rig_nic_qp_pinned(nic);
 	if (!rig_nic_query(nic, &d->info))
 		d->usable = 1;
 	else
 		snprintf(d->why, sizeof(d->why), "%s", rig_errmsg());
+	if (!d->info.depth)
+		d->info.depth = RIG_RING_ENTRIES;
+	/* What a queue pair pins at the NIC's depth (RIG_QP_DEPTH), and at
+	 * the full depth: the NIC set to it for the asking. */
+	d->pinned = d->pinned_depth = rig_nic_qp_pinned(nic);
+	if (d->info.depth != RIG_RING_ENTRIES && !rig_nic_set_depth(nic, RIG_RING_ENTRIES))
+		d->pinned = rig_nic_qp_pinned(nic);
 	rig_nic_close(nic);
 }
 
@@ -155,18 +162,36 @@ static void probe(struct ibv_device *ibdev, struct dev *d)
  * *by_memlock is set). Regions pinned by the same program count against
  * that limit too.
  */
-static long long qp_room(const struct dev *d, int *by_memlock)
+static long long qp_room(const struct dev *d, int64_t pinned, int *by_memlock)
 {
 	unsigned long long n;
 
 	*by_memlock = 0;
-	if (d->pinned <= 0 || memlock.rlim_cur == RLIM_INFINITY)
+	if (pinned <= 0 || memlock.rlim_cur == RLIM_INFINITY)
 		return d->attr.max_qp;
-	n = (unsigned long long)memlock.rlim_cur / (unsigned long long)d->pinned;
+	n = (unsigned long long)memlock.rlim_cur / (unsigned long long)pinned;
 	if (n >= (unsigned long long)d->attr.max_qp)
 		return d->attr.max_qp;
 	*by_memlock = 1;
 	return (long long)n;
+}
+
+/* One line of what @pinned bytes a queue pair allow, under @label. */
+static void print_room(const struct dev *d, const char *label, int64_t pinned)
+{
+	int by_memlock;
+	long long n = qp_room(d, pinned, &by_memlock);
+
+	if (!pinned)
+		printf("  %s: %s pins no queue memory, so RLIMIT_MEMLOCK does not bound them; max_qp does: %lld\n",
+		       label, d->info.soft_roce ? "Soft-RoCE" : "the device", n);
+	else if (by_memlock)
+		printf("  %s: each pins about %lld KiB, so RLIMIT_MEMLOCK (%llu KiB) allows %lld, fewer with regions\n",
+		       label, (long long)pinned / 1024,
+		       (unsigned long long)memlock.rlim_cur / 1024, n);
+	else
+		printf("  %s: each pins about %lld KiB; RLIMIT_MEMLOCK allows more than max_qp, which bounds them: %lld\n",
+		       label, (long long)pinned / 1024, n);
 }
 
 static void print_text(const struct dev *d)
@@ -195,19 +220,20 @@ static void print_text(const struct dev *d)
 		       d->info.msg_max, d->info.retry_cnt,
 		       d->info.soft_roce ? " (Soft-RoCE retries forever at 7)" : "");
 	if (d->usable && d->attr_ok) {
-		int by_memlock;
-		long long n = qp_room(d, &by_memlock);
+		char label[96];
 
-		if (!d->pinned)
-			printf("  queue pairs: %s pins no queue memory, so RLIMIT_MEMLOCK does not bound them; max_qp does: %lld\n",
-			       d->info.soft_roce ? "Soft-RoCE" : "the device", n);
-		else if (by_memlock)
-			printf("  queue pairs: each pins about %lld KiB, so RLIMIT_MEMLOCK (%llu KiB) allows %lld, fewer with regions\n",
-			       (long long)d->pinned / 1024,
-			       (unsigned long long)memlock.rlim_cur / 1024, n);
-		else
-			printf("  queue pairs: each pins about %lld KiB; RLIMIT_MEMLOCK allows more than max_qp, which bounds them: %lld\n",
-			       (long long)d->pinned / 1024, n);
+		/* A NIC set shallower (RIG_QP_DEPTH, rig(7) Q4) pins less
+		 * per queue pair: both figures, unless it pins none. */
+		if (d->info.depth == RIG_RING_ENTRIES || !d->pinned) {
+			print_room(d, "queue pairs", d->pinned);
+		} else {
+			snprintf(label, sizeof(label), "queue pairs at the full depth, %d",
+				 RIG_RING_ENTRIES);
+			print_room(d, label, d->pinned);
+			snprintf(label, sizeof(label), "queue pairs at depth %u (RIG_QP_DEPTH)",
+				 d->info.depth);
+			print_room(d, label, d->pinned_depth);
+		}
 	}
 	for (p = 0; p < d->nports; p++) {
 		const struct ibv_port_attr *pa = &d->port[p];
@@ -263,11 +289,16 @@ static void print_json(const struct dev *d)
 		       d->info.msg_max, d->info.retry_cnt, d->info.soft_roce ? "true" : "false");
 	}
 	if (d->usable && d->attr_ok) {
-		int by_memlock;
-		long long n = qp_room(d, &by_memlock);
+		int by_memlock, at_memlock;
+		long long n = qp_room(d, d->pinned, &by_memlock);
+		long long at = qp_room(d, d->pinned_depth, &at_memlock);
 
 		printf(",\n      \"qp_pinned\": %lld,\n      \"qps\": %lld,\n      \"qps_bound\": \"%s\"",
 		       (long long)d->pinned, n, by_memlock ? "memlock" : "max_qp");
+		printf(",\n      \"depth\": %u,\n      \"qp_pinned_at_depth\": %lld,\n"
+		       "      \"qps_at_depth\": %lld,\n      \"qps_at_depth_bound\": \"%s\"",
+		       d->info.depth, (long long)d->pinned_depth, at,
+		       at_memlock ? "memlock" : "max_qp");
 	}
 	printf(",\n      \"ports\": [");
 	for (p = 0; p < d->nports; p++) {

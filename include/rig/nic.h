@@ -78,6 +78,8 @@ struct rig_nic_info {
 	uint8_t soft_roce;	/* 1: Soft-RoCE (rdma_rxe), whose quirks rig applies */
 	uint32_t vendor_id;	/* from ibv_query_device */
 	uint32_t max_rd_atomic;	/* reads in flight per queue pair, for local peers */
+	uint32_t depth;		/* the NIC's queue under each ring of the queue
+				 * pairs it makes now (rig(7) Q4) */
 };
 
 /**
@@ -94,8 +96,9 @@ int rig_nic_query(const struct rig_nic *nic, struct rig_nic_info *info);
  * rig_nic_qp_pinned - the memory each of rig's queue pairs pins on @nic
  *
  * The bytes of its queues and CQs that the kernel counts against
- * RLIMIT_MEMLOCK, as the device's provider sizes them for rig's rings:
- * megabytes on bnxt_re and mlx5 (rig_nic_query(3) gives each figure); 0
+ * RLIMIT_MEMLOCK, as the device's provider sizes them for the NIC's depth
+ * now (rig_nic_set_depth): megabytes on bnxt_re and mlx5 at the full
+ * depth, kilobytes at a depth of a few (rig_nic_query(3) gives each figure); 0
  * on Soft-RoCE, which pins no queue memory. An estimate, rounded up: RLIMIT_MEMLOCK divided by it is
  * about how many queue pairs a program may make, fewer for the regions it
  * registers. Makes no verbs call. Returns the bytes, or -EINVAL if @nic

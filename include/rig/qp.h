@@ -230,6 +230,12 @@ struct rig_qp_stats {
 	uint64_t completed;	/* entries the library completed itself (rig(7) F6) */
 	uint64_t async_events;	/* async events that named the queue pair or
 				 * its device (both rings report the same) */
+	/* Rings deeper than the NIC's queues (rig(7) Q4); 0 at the full depth: */
+	uint64_t waited;	/* entries that waited in the ring for NIC room */
+	uint64_t ran_dry;	/* times the library found the NIC's queue empty
+				 * while entries waited in the ring: on the
+				 * receive ring, each a stretch in which a
+				 * send of the peer meets an RNR NAK (Q4, M3) */
 };
 
 /**
