@@ -242,6 +242,13 @@ static int nic_init(struct rig_nic *nic, struct ibv_device *dev)
 		ret = rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_alloc_pd");
 		goto out_close;
 	}
+	/* The far domain (internal.h, rig(7) M4). */
+	nic->far_pd = ibv_alloc_pd(nic->ctx);
+	if (!nic->far_pd) {
+		ret = rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_alloc_pd");
+		ibv_dealloc_pd(nic->pd);
+		goto out_close;
+	}
 	return 0;
 
 out_close:
@@ -375,6 +382,7 @@ RIG_EXPORT __cold int rig_nic_open(const char *name, struct rig_nic **out)
 
 out_device:
 	pthread_mutex_destroy(&nic->lock);
+	ibv_dealloc_pd(nic->far_pd);
 	ibv_dealloc_pd(nic->pd);
 	ibv_close_device(nic->ctx);
 out_free:
@@ -402,11 +410,16 @@ RIG_EXPORT __cold int rig_nic_close(struct rig_nic *nic)
 		struct rig__region *reg = container_of(nic->regions.next,
 						       struct rig__region, link);
 
-		if ((r = ibv_dereg_mr(reg->mr)) && !ret)
+		if (reg->mr && (r = ibv_dereg_mr(reg->mr)) && !ret)
+			ret = rig__fail_verbs(r, nic, "ibv_dereg_mr");
+		if ((r = ibv_dereg_mr(reg->far_mr)) && !ret)
 			ret = rig__fail_verbs(r, nic, "ibv_dereg_mr");
 		rig__list_del(&reg->link);
 	}
 	rig__regions_free(nic);
+	r = ibv_dealloc_pd(nic->far_pd);
+	if (r && !ret)
+		ret = rig__fail_verbs(r, nic, "ibv_dealloc_pd");
 	r = ibv_dealloc_pd(nic->pd);
 	if (r && !ret)
 		ret = rig__fail_verbs(r, nic, "ibv_dealloc_pd");
