@@ -108,8 +108,10 @@ void rig_qp_endpoint(const struct rig_qp *qp, struct rig_endpoint *out);
  * process on the same device and GID, gets no access at all.
  *
  * Returns 0; -EINVAL if @qp is connected or @peer's qp or psn is over 24
- * bits; or the -errno of the refused step. Called again after a refusal, it
- * starts over from RESET.
+ * bits; -EOPNOTSUPP if the peer is not of this NIC handle and the NIC
+ * granted @qp remote access rig did not ask for (bnxt_re before Linux
+ * 6.13; rig(7) M4: connect such peers by address); or the -errno of the
+ * refused step. Called again after a refusal, it starts over from RESET.
  */
 int rig_qp_connect(struct rig_qp *qp, const struct rig_endpoint *peer);
 
