@@ -286,7 +286,7 @@ static int modify(struct rig__qp *qp, struct ibv_qp_attr *attr, int mask,
  * Whether a firmware then serves reads with max_dest_rd_atomic 0 no
  * longer matters: the queue pair never reaches RTR.
  */
-static int access_check(struct rig__qp *qp, int asked)
+static int access_check(struct rig__qp *qp, int asked, bool by_address)
 {
 	const int remote = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
 			   IBV_ACCESS_REMOTE_ATOMIC;
@@ -305,13 +305,18 @@ static int access_check(struct rig__qp *qp, int asked)
 	a.qp_state = IBV_QPS_RESET;
 	if (!ibv_modify_qp(qp->pub.ibqp, &a, IBV_QP_STATE))
 		qp->state = RIG__RESET;
-	return rig__fail(EOPNOTSUPP, "rig_qp_connect: %s granted queue pair 0x%06x remote %s%s%s that rig did not ask for: "
-			 "the NIC grants every queue pair remote access (bnxt_re before Linux 6.13): "
-			 "connect by address, whose queue pair faces no readable region",
+	/* A dial to this NIC's own address made its queue pair near before
+	 * it knew the peer (handshake.c, make_qp): a peer in another
+	 * process of this host meets the same refusal. */
+	return rig__fail(EOPNOTSUPP, "rig_qp_connect: %s granted queue pair 0x%06x remote %s%s%sthat rig did not ask for: "
+			 "the NIC grants every queue pair remote access (bnxt_re before Linux 6.13): %s",
 			 qp->nic->name, qp->self.qp,
 			 extra & IBV_ACCESS_REMOTE_READ ? "read " : "",
 			 extra & IBV_ACCESS_REMOTE_WRITE ? "write " : "",
-			 extra & IBV_ACCESS_REMOTE_ATOMIC ? "atomic " : "");
+			 extra & IBV_ACCESS_REMOTE_ATOMIC ? "atomic " : "",
+			 by_address ? "a connection to this NIC's own address from outside its "
+				      "NIC handle is refused"
+				    : "connect by address, whose queue pair faces no readable region");
 }
 
 /* rig_qp_connect(), where a peer that names one of this NIC's own queue
@@ -383,7 +388,7 @@ int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
 	/* A far queue pair's domain grants nobody anything (region.c); a
 	 * near one serves only what its access lets in. */
 	if (!local && !qp->far) {
-		ret = access_check(qp, asked);
+		ret = access_check(qp, asked, route != NULL);
 		if (ret)
 			return ret;
 	}

@@ -1626,3 +1626,33 @@ Test(remote, M4_peer_on_other_host_reads_nothing_when_the_NIC_grants_all)
 	rdma_destroy_event_channel(ch);
 	cr_assert_eq(rig_listener_close(s.l), 0, "%s", rig_errmsg());
 }
+
+enum { PORT_FAR_BOTH = 18661 };
+
+/*
+ * M4: a connection by address between two hosts has both its queue pairs
+ * in their NICs' far protection domains (not the one of rig_qp_make's
+ * queue pairs), the dialer's as the listener's, and still carries
+ * messages both ways: their posts take the far registrations' keys.
+ */
+Test(remote, M4_both_ends_of_a_connection_across_hosts_are_far)
+{
+	struct rig_qp *ma = t_qp(nic_a), *mb = t_qp(nic_b), *qa, *qb;
+	struct t_buf txa, rxa, txb, rxb;
+
+	dial(getenv("RIG_TEST_IP"), PORT_FAR_BOTH, &qa, &qb);
+	cr_assert_neq(qa->ibqp->pd, ma->ibqp->pd,
+		      "the listener's queue pair is in the protection domain of rig_qp_make's");
+	cr_assert_neq(qb->ibqp->pd, mb->ibqp->pd,
+		      "the dialer's queue pair is in the protection domain of rig_qp_make's");
+	cr_assert_eq(qa->local, 0);
+	cr_assert_eq(qb->local, 0);
+	t_buf(&txa, nic_a, 4096, 1);
+	t_buf(&rxa, nic_a, 4096, 2);
+	t_buf(&txb, nic_b, 4096, 3);
+	t_buf(&rxb, nic_b, 4096, 4);
+	t_exchange(qa, qb, &txa, &rxb, 4096);
+	t_exchange(qb, qa, &txb, &rxa, 4096);
+	cr_assert_eq(rig_qp_destroy(qa), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_destroy(qb), 0, "%s", rig_errmsg());
+}
