@@ -240,6 +240,7 @@ int route_same_device(const struct rig_nic *nic, const struct rdma_cm_id *id,
 		      const char *step);
 bool route_gid_of_address(const struct sockaddr *sa, uint8_t gid[16]);
 bool route_peer_may_be_local(struct conn *c);
+bool route_peer_is_self(struct conn *c);
 bool route_peer_ip(struct rdma_cm_id *id, char ip[INET6_ADDRSTRLEN]);
 int route_resolved(struct conn *c, struct rig__route *r);
 uint8_t route_mtu(const struct conn *c, enum ibv_mtu active);

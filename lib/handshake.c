@@ -147,7 +147,13 @@ static int make_qp(struct conn *c)
 	struct rig_nic *nic = c->loop->nic;
 	struct rig_qp *qp;
 	uint8_t gid[16];
-	int ret = rig_qp_make_in(c->loop, &qp);
+	/* rig(7) M4: a queue pair that may face another host lives in the
+	 * far protection domain, where no region grants remote access,
+	 * whatever its provider lets its peer do. A listener knows its peer
+	 * already (route_peer_may_be_local); a dialer knows where it goes:
+	 * to an address of this NIC, it may meet a queue pair of ours. */
+	bool far = c->accepting ? !c->may_be_local : !route_peer_is_self(c);
+	int ret = rig__qp_make(c->loop, far, &qp);
 
 	if (ret)
 		return ret;

@@ -130,7 +130,19 @@ int64_t rig__qp_pinned(uint32_t vendor_id, uint32_t send_wr, uint32_t recv_wr,
 
 struct rig_nic {
 	struct ibv_context *ctx;
+	/*
+	 * Two protection domains (rig(7) M4). pd, the near one: each region
+	 * is registered there with remote read, for queue pairs that may
+	 * serve reads of a peer of this NIC handle. far_pd: each region is
+	 * registered there again with no remote access at all, for the queue
+	 * pairs of connections by address that face another host. A key of
+	 * one domain is worth nothing on a queue pair of the other, so
+	 * whatever access a provider grants a far queue pair (bnxt_re before
+	 * Linux 6.13 grants every one remote read and write), no region of
+	 * the far domain serves it.
+	 */
 	struct ibv_pd *pd;
+	struct ibv_pd *far_pd;
 	char name[IBV_SYSFS_NAME_MAX];
 	uint8_t port;
 	uint8_t mac[6];
@@ -162,7 +174,8 @@ struct rig_nic {
 	 * that its peers' liveness probes write, and its MR; from open to
 	 * close. */
 	void *sink;
-	struct ibv_mr *sink_mr;
+	struct ibv_mr *sink_mr;		/* in pd */
+	struct ibv_mr *far_sink_mr;	/* in far_pd */
 };
 
 /*
@@ -316,7 +329,12 @@ struct rig_loop {
 
 struct rig__region {
 	struct rig_region pub;
+	/* The far registration's local key (nic->far_pd), for the posts of
+	 * far queue pairs: they read it at rig_qp.lkey_at, in the cache line
+	 * of pub. */
+	uint32_t far_lkey;
 	struct ibv_mr *mr;		/* NULL once deregistered */
+	struct ibv_mr *far_mr;		/* the same memory in nic->far_pd */
 	struct rig_nic *nic;
 	struct rig__list link;
 };
@@ -407,6 +425,9 @@ struct rig__qp {
 	 * peer's; network order) of the connection it was made for, 0 when
 	 * none: M4's proof that a peer naming it is its other end. */
 	uint16_t cm_port[2];
+	/* Made in nic->far_pd: a connection by address facing another host
+	 * (rig(7) M4); its posts take each region's far_lkey. */
+	bool far;
 	/* Who the connect named (rig_qp_peer): set once, before the queue
 	 * pair leaves RESET, and read by any thread after. */
 	bool peer_known;		/* the fields below are set */
@@ -484,6 +505,13 @@ static inline struct rig__qp *rig__qp(struct rig_qp *qp)
 	return container_of(qp, struct rig__qp, pub);
 }
 
+/* rig_qp.lkey_at of a queue pair in the far protection domain or not. */
+static inline uint32_t rig__lkey_at(bool far)
+{
+	return far ? offsetof(struct rig__region, far_lkey)
+		   : offsetof(struct rig_region, lkey);
+}
+
 /* region.c: gives back the handles of @nic's regions, once their MRs
  * are deregistered. */
 void rig__regions_free(struct rig_nic *nic);
@@ -497,7 +525,7 @@ int rig__sink_free(struct rig_nic *nic);
  * the peer, its lkey is the source of @qp's probes. */
 static inline struct ibv_mr *rig__sink_mr(const struct rig__qp *qp)
 {
-	return qp->nic->sink_mr;
+	return qp->far ? qp->nic->far_sink_mr : qp->nic->sink_mr;
 }
 
 
@@ -609,6 +637,9 @@ struct rig__route {
 };
 int rig__qp_connect(struct rig_qp *qp, const struct rig_endpoint *peer,
 		    bool may_be_local, const struct rig__route *route);
+/* qp.c: rig_qp_make_in(), in the NIC's far protection domain if @far
+ * (rig(7) M4): for a connection by address whose peer is not this NIC. */
+int rig__qp_make(struct rig_loop *loop, bool far, struct rig_qp **out);
 int rig__qp_free(struct rig__qp *qp);
 /* qp.c: rig__qp_free() but for the last free(): 0, and the NIC holds
  * nothing of @qp; or -errno, and it stays listed for rig_nic_close. */

@@ -247,6 +247,13 @@ static int nic_init(struct rig_nic *nic, struct ibv_device *dev)
 		ret = rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_alloc_pd");
 		goto out_close;
 	}
+	/* The far domain (internal.h, rig(7) M4). */
+	nic->far_pd = ibv_alloc_pd(nic->ctx);
+	if (!nic->far_pd) {
+		ret = rig__fail_verbs(errno ? errno : ENOMEM, nic, "ibv_alloc_pd");
+		ibv_dealloc_pd(nic->pd);
+		goto out_close;
+	}
 	return 0;
 
 out_close:
@@ -371,6 +378,8 @@ RIG_EXPORT __cold int rig_nic_open(const char *name, struct rig_nic **out)
 	nic->spin_ns = RIG_SPIN_ADAPTIVE;
 	nic->depth = env_depth(nic);
 	ret = rig__sink_register(nic, nic->pd, &nic->sink_mr);
+	if (!ret)
+		ret = rig__sink_register(nic, nic->far_pd, &nic->far_sink_mr);
 	if (ret)
 		goto out_device;
 	ret = rig__loop_open(nic, &nic->own);
@@ -385,6 +394,7 @@ RIG_EXPORT __cold int rig_nic_open(const char *name, struct rig_nic **out)
 out_device:
 	rig__sink_free(nic);
 	pthread_mutex_destroy(&nic->lock);
+	ibv_dealloc_pd(nic->far_pd);
 	ibv_dealloc_pd(nic->pd);
 	ibv_close_device(nic->ctx);
 out_free:
@@ -412,7 +422,9 @@ RIG_EXPORT __cold int rig_nic_close(struct rig_nic *nic)
 		struct rig__region *reg = container_of(nic->regions.next,
 						       struct rig__region, link);
 
-		if ((r = ibv_dereg_mr(reg->mr)) && !ret)
+		if (reg->mr && (r = ibv_dereg_mr(reg->mr)) && !ret)
+			ret = rig__fail_verbs(r, nic, "ibv_dereg_mr");
+		if ((r = ibv_dereg_mr(reg->far_mr)) && !ret)
 			ret = rig__fail_verbs(r, nic, "ibv_dereg_mr");
 		rig__list_del(&reg->link);
 	}
@@ -421,6 +433,9 @@ RIG_EXPORT __cold int rig_nic_close(struct rig_nic *nic)
 	r = rig__sink_free(nic);
 	if (r && !ret)
 		ret = r;
+	r = ibv_dealloc_pd(nic->far_pd);
+	if (r && !ret)
+		ret = rig__fail_verbs(r, nic, "ibv_dealloc_pd");
 	r = ibv_dealloc_pd(nic->pd);
 	if (r && !ret)
 		ret = rig__fail_verbs(r, nic, "ibv_dealloc_pd");

@@ -449,7 +449,7 @@ static int post_shallow(struct rig__qp *qp, enum rig__op op,
 	uint32_t seq = ring->head;
 	struct rig__waiting w = {
 		.addr = (uintptr_t)(dst->addr + dst_at),
-		.lkey = dst->lkey,
+		.lkey = rig__qp_lkey(&qp->pub, dst),
 		.op = op,
 	};
 	int ret;
@@ -539,7 +539,7 @@ static int batch_prepare(struct rig_qp *pub, enum rig_side side,
 		slot->cookie = posts[i].cookie;
 		sge[i].addr = (uintptr_t)(posts[i].region->addr + posts[i].at);
 		sge[i].length = (uint32_t)posts[i].n;
-		sge[i].lkey = posts[i].region->lkey;
+		sge[i].lkey = rig__qp_lkey(pub, posts[i].region);
 	}
 	if (__atomic_load_n(&pub->broken, __ATOMIC_ACQUIRE) & (RIG__FAILED | RIG__EVENT)) {
 		ring->head += count;
@@ -593,7 +593,7 @@ static int batch_shallow(struct rig_qp *pub, enum rig_side side,
 		for (i = 0; i < count; i++)
 			qp->waiting[side][(ring->head + i) & RIG__MASK] = (struct rig__waiting){
 				.addr = (uintptr_t)(posts[i].region->addr + posts[i].at),
-				.lkey = posts[i].region->lkey,
+				.lkey = rig__qp_lkey(pub, posts[i].region),
 				.op = side == RIG_RECEIVE ? RIG__OP_RECEIVE : RIG__OP_SEND,
 			};
 		qp->waited[side] += (uint32_t)count;

@@ -160,7 +160,8 @@ static uint32_t random_psn(void)
  * that refuses the extended create gets the plain one. Other providers
  * size their WQEs apart from the operations and are asked plainly.
  */
-static struct ibv_qp *create_qp(struct rig_nic *nic, struct ibv_qp_init_attr *attr)
+static struct ibv_qp *create_qp(struct rig_nic *nic, struct ibv_pd *pd,
+				struct ibv_qp_init_attr *attr)
 {
 	struct ibv_qp_init_attr_ex ax;
 	struct ibv_qp *qp;
@@ -174,7 +175,7 @@ static struct ibv_qp *create_qp(struct rig_nic *nic, struct ibv_qp_init_attr *at
 		ax.qp_type = attr->qp_type;
 		ax.sq_sig_all = attr->sq_sig_all;
 		ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-		ax.pd = nic->pd;
+		ax.pd = pd;
 		ax.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE |
 				    IBV_QP_EX_WITH_RDMA_READ;
 		qp = ibv_create_qp_ex(nic->ctx, &ax);
@@ -184,10 +185,10 @@ static struct ibv_qp *create_qp(struct rig_nic *nic, struct ibv_qp_init_attr *at
 		}
 		errno = 0;	/* the plain create's refusal is the one told */
 	}
-	return ibv_create_qp(nic->pd, attr);
+	return ibv_create_qp(pd, attr);
 }
 
-RIG_EXPORT __cold int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out)
+int rig__qp_make(struct rig_loop *loop, bool far, struct rig_qp **out)
 {
 	struct ibv_qp_init_attr attr = { 0 };
 	struct rig_nic *nic;
@@ -222,12 +223,14 @@ RIG_EXPORT __cold int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out)
 	attr.qp_type = IBV_QPT_RC;
 	attr.sq_sig_all = 1;	/* every entry gets a completion (Q2) */
 	errno = 0;	/* a refusal may set none (make_refused) */
-	qp->pub.ibqp = create_qp(nic, &attr);
+	qp->pub.ibqp = create_qp(nic, far ? nic->far_pd : nic->pd, &attr);
 	if (!qp->pub.ibqp) {
 		ret = make_refused(errno, nic, "ibv_create_qp");
 		goto out_receive_ring;
 	}
 	qp->pub.nic = nic;
+	qp->far = far;
+	qp->pub.lkey_at = rig__lkey_at(far);
 	qp->shallow = depth < RIG_RING_ENTRIES;
 	if (qp->shallow)
 		pthread_mutex_init(&qp->feed_lock, NULL);
@@ -264,6 +267,14 @@ out_free:
 	return ret;
 }
 
+/* Its peer is not known yet: near, so that it may serve reads of a peer
+ * of this NIC handle (rig(7) M4); rig__qp_connect checks what the NIC
+ * grants it when the peer is any other. */
+RIG_EXPORT __cold int rig_qp_make_in(struct rig_loop *loop, struct rig_qp **out)
+{
+	return rig__qp_make(loop, false, out);
+}
+
 RIG_EXPORT __cold int rig_qp_make(struct rig_nic *nic, struct rig_qp **out)
 {
 	if (!nic)
@@ -293,8 +304,9 @@ static int peer_is_own(struct rig_nic *nic, const struct rig_endpoint *peer)
 	for (l = nic->qps.next; l != &nic->qps && !own; l = l->next) {
 		struct rig__qp *qp = container_of(l, struct rig__qp, link);
 
+		/* A far queue pair serves no read: it is no local peer. */
 		own = qp->self.qp == peer->qp && !memcmp(qp->self.gid, peer->gid, 16) &&
-		      qp->state != RIG__DESTROYED;
+		      qp->state != RIG__DESTROYED && !qp->far;
 	}
 	pthread_mutex_unlock(&nic->lock);
 	return own;
@@ -306,6 +318,52 @@ static int modify(struct rig__qp *qp, struct ibv_qp_attr *attr, int mask,
 	int ret = ibv_modify_qp(qp->pub.ibqp, attr, mask);
 
 	return ret ? rig__fail_verbs(ret, qp->nic, step) : 0;
+}
+
+/*
+ * rig(7) M4 on a near queue pair whose peer is not this NIC handle's,
+ * after RESET->INIT and before any packet can be served (RTR): what the
+ * NIC granted must be what rig asked (@asked). The kernel's bnxt_re
+ * before Linux 6.13 ORs remote read and write into the access of every
+ * modify that carries IBV_QP_ACCESS_FLAGS (drivers/infiniband/hw/bnxt_re/
+ * ib_verbs.c, bnxt_re_modify_qp: "Temp: Set all params on QP as of now";
+ * fixed by "RDMA/bnxt_re: Fix access flags for MR and QP modify"), and
+ * regions of the near domain grant remote read: such a queue pair would
+ * serve any peer's reads, so it goes back to RESET and the connect fails.
+ * Whether a firmware then serves reads with max_dest_rd_atomic 0 no
+ * longer matters: the queue pair never reaches RTR.
+ */
+static int access_check(struct rig__qp *qp, int asked, bool by_address)
+{
+	const int remote = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
+			   IBV_ACCESS_REMOTE_ATOMIC;
+	struct ibv_qp_init_attr ia;
+	struct ibv_qp_attr a;
+	int extra, ret;
+
+	memset(&a, 0, sizeof(a));
+	ret = ibv_query_qp(qp->pub.ibqp, &a, IBV_QP_ACCESS_FLAGS, &ia);
+	if (ret)
+		return rig__fail_verbs(ret, qp->nic, "ibv_query_qp");
+	extra = (int)a.qp_access_flags & remote & ~asked;
+	if (!extra)
+		return 0;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RESET;
+	if (!ibv_modify_qp(qp->pub.ibqp, &a, IBV_QP_STATE))
+		qp->state = RIG__RESET;
+	/* A dial to this NIC's own address made its queue pair near before
+	 * it knew the peer (handshake.c, make_qp): a peer in another
+	 * process of this host meets the same refusal. */
+	return rig__fail(EOPNOTSUPP, "rig_qp_connect: %s granted queue pair 0x%06x remote %s%s%sthat rig did not ask for: "
+			 "the NIC grants every queue pair remote access (bnxt_re before Linux 6.13): %s",
+			 qp->nic->name, qp->self.qp,
+			 extra & IBV_ACCESS_REMOTE_READ ? "read " : "",
+			 extra & IBV_ACCESS_REMOTE_WRITE ? "write " : "",
+			 extra & IBV_ACCESS_REMOTE_ATOMIC ? "atomic " : "",
+			 by_address ? "a connection to this NIC's own address from outside its "
+				      "NIC handle is refused"
+				    : "connect by address, whose queue pair faces no readable region");
 }
 
 /* rig_qp_connect(), where a peer that names one of this NIC's own queue
@@ -322,7 +380,7 @@ int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
 	struct ibv_port_attr pattr;
 	struct ibv_qp_attr a;
 	char gid[INET6_ADDRSTRLEN] = "";
-	int local, ret;
+	int local, asked, ret;
 
 	if (!pub || !peer)
 		return rig__fail(EINVAL, "rig_qp_connect: NULL argument");
@@ -338,7 +396,7 @@ int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
 	ret = ibv_query_port(nic->ctx, nic->port, &pattr);
 	if (ret)
 		return rig__fail_verbs(ret, nic, "ibv_query_port");
-	local = may_be_local && peer_is_own(nic, peer);
+	local = !qp->far && may_be_local && peer_is_own(nic, peer);
 	qp->peer_known = true;
 	qp->peer_qpn = peer->qp;
 	memcpy(qp->peer_gid, peer->gid, 16);
@@ -367,12 +425,20 @@ int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
 	 * WRITEs all the same, for its peer's liveness probes: a byte into
 	 * the NIC's sink, the one region that grants it, or zero bytes from
 	 * a peer of rig 0.3 (ring.c, rig__qp_probe). */
-	a.qp_access_flags = (local ? IBV_ACCESS_REMOTE_READ : 0) |
-			    (route ? IBV_ACCESS_REMOTE_WRITE : 0);
+	asked = (local ? IBV_ACCESS_REMOTE_READ : 0) |
+		(route ? IBV_ACCESS_REMOTE_WRITE : 0);
+	a.qp_access_flags = (unsigned)asked;
 	ret = modify(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 		     IBV_QP_ACCESS_FLAGS, "RESET->INIT");
 	if (ret)
 		return ret;
+	/* A far queue pair's domain grants nobody anything (region.c); a
+	 * near one serves only what its access lets in. */
+	if (!local && !qp->far) {
+		ret = access_check(qp, asked, route != NULL);
+		if (ret)
+			return ret;
+	}
 
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTR;

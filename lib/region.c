@@ -9,8 +9,16 @@
  * order, and are never reused. Once every handle of a page is
  * deregistered, the page is given back to the kernel (MADV_DONTNEED): it
  * still reads, as zeros, which is a handle whose nic is NULL. Churn costs
- * address space (64 bytes a registration, 2^26 registrations per NIC
+ * address space (128 bytes a registration, 2^26 registrations per NIC
  * handle), not memory.
+ *
+ * Each region is registered twice (rig(7) M4): in the NIC's near
+ * protection domain with remote read, for queue pairs that may serve a
+ * peer of this NIC handle, and in its far one with no remote access, for
+ * queue pairs that face another host. The second registration pins the
+ * same pages, but the kernel counts them against RLIMIT_MEMLOCK again
+ * (drivers/infiniband/core/umem.c, ib_umem_get adds every registration's
+ * pages to pinned_vm), and the NIC holds a second translation of them.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +27,8 @@
 
 #include "internal.h"
 
-#define RIG_HANDLE_SIZE 64
-#define RIG_HANDLE_SPACE (1ull << 32)
+#define RIG_HANDLE_SIZE 128
+#define RIG_HANDLE_SPACE (1ull << 33)
 /* Address space made writable at a time, as handles are needed. */
 #define RIG_HANDLE_GROW (64 * 1024)
 
@@ -79,7 +87,8 @@ static void handle_dead(struct rig_nic *nic, struct rig__region *reg)
 	if (first + page > h->base + h->used * RIG_HANDLE_SIZE)
 		return;
 	for (i = 0; i < page; i += RIG_HANDLE_SIZE)
-		if (((struct rig__region *)(first + i))->mr)
+		if (((struct rig__region *)(first + i))->mr ||
+		    ((struct rig__region *)(first + i))->far_mr)
 			return;
 	madvise(first, page, MADV_DONTNEED);
 }
@@ -97,26 +106,32 @@ RIG_EXPORT __cold int rig_region_register(struct rig_nic *nic, void *addr,
 					  size_t len, struct rig_region **out)
 {
 	struct rig__region *reg;
-	struct ibv_mr *mr;
+	struct ibv_mr *mr, *far_mr;
 	int ret;
 
 	if (!nic || !addr || !len || !out)
 		return rig__fail(EINVAL, "rig_region_register: %s",
 				 !len ? "empty range" : "NULL argument");
-	/* Remote read serves a local peer's reads (rig(7) M4); queue pairs
-	 * facing any other peer grant no remote access, so it opens nothing to them. */
+	/* Remote read serves a local peer's reads (rig(7) M4), through the
+	 * near queue pairs; the far registration grants nothing, so a far
+	 * queue pair serves nobody, whatever access its provider gave it. */
 	mr = ibv_reg_mr(nic->pd, addr, len,
 			IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
-	if (!mr) {
-		ret = errno ? errno : ENOMEM;
-		return rig__fail(ret, "ibv_reg_mr of %zu bytes refused by %s: %s%s",
-				 len, nic->name, strerror(ret),
-				 ret == ENOMEM ? " (see RLIMIT_MEMLOCK)" : "");
+	if (!mr)
+		goto refused;
+	far_mr = ibv_reg_mr(nic->far_pd, addr, len, IBV_ACCESS_LOCAL_WRITE);
+	if (!far_mr) {
+		ret = errno;
+		ibv_dereg_mr(mr);
+		errno = ret;
+		goto refused;
 	}
 	pthread_mutex_lock(&nic->lock);
 	reg = handle_new(nic);
 	if (reg) {
 		reg->mr = mr;
+		reg->far_mr = far_mr;
+		reg->far_lkey = far_mr->lkey;
 		reg->nic = nic;
 		reg->pub.nic = nic;
 		reg->pub.addr = addr;
@@ -127,11 +142,18 @@ RIG_EXPORT __cold int rig_region_register(struct rig_nic *nic, void *addr,
 	}
 	pthread_mutex_unlock(&nic->lock);
 	if (!reg) {
+		ibv_dereg_mr(far_mr);
 		ibv_dereg_mr(mr);
 		return -ENOMEM;
 	}
 	*out = &reg->pub;
 	return 0;
+
+refused:
+	ret = errno ? errno : ENOMEM;
+	return rig__fail(ret, "ibv_reg_mr of %zu bytes refused by %s: %s%s",
+			 len, nic->name, strerror(ret),
+			 ret == ENOMEM ? " (see RLIMIT_MEMLOCK)" : "");
 }
 
 RIG_EXPORT __cold int rig_region_deregister(struct rig_region *r)
@@ -145,16 +167,26 @@ RIG_EXPORT __cold int rig_region_deregister(struct rig_region *r)
 				 r ? "already deregistered" : "NULL region");
 	reg = container_of(r, struct rig__region, pub);
 	nic = reg->nic;
+	/* The near registration first, the one that grants remote read: a
+	 * refusal of it changes nothing. */
 	ret = ibv_dereg_mr(reg->mr);
 	if (ret)
 		return rig__fail_verbs(ret, nic, "ibv_dereg_mr");
 	pthread_mutex_lock(&nic->lock);
-	__atomic_store_n(&reg->pub.nic, NULL, __ATOMIC_RELAXED);
 	reg->mr = NULL;
-	rig__list_del(&reg->link);
-	handle_dead(nic, reg);
 	pthread_mutex_unlock(&nic->lock);
-	return 0;
+	/* A refusal of the far one leaves the region deregistered for posts
+	 * (P5) and listed, for rig_nic_close to try again. */
+	ret = ibv_dereg_mr(reg->far_mr);
+	pthread_mutex_lock(&nic->lock);
+	__atomic_store_n(&reg->pub.nic, NULL, __ATOMIC_RELAXED);
+	if (!ret) {
+		reg->far_mr = NULL;
+		rig__list_del(&reg->link);
+		handle_dead(nic, reg);
+	}
+	pthread_mutex_unlock(&nic->lock);
+	return ret ? rig__fail_verbs(ret, nic, "ibv_dereg_mr") : 0;
 }
 
 /*
@@ -170,10 +202,9 @@ RIG_EXPORT __cold int rig_region_deregister(struct rig_region *r)
  * the handshakes run on several loops' threads and the helper, which
  * would need a lock and a failure path each for it, while it costs one
  * registration and one pinned page per NIC, nothing next to a queue
- * pair (M1). Registered in a protection domain only here, and read
- * through rig__sink_mr(qp), so that a NIC with a second domain, for the
- * queue pairs that face other hosts, registers it there too and gives
- * each queue pair its own domain's keys.
+ * pair (M1). Registered in both protection domains (M4): a queue pair's
+ * probes send from, and its peer writes into, the registration of that
+ * queue pair's own domain (rig__sink_mr).
  */
 int rig__sink_register(struct rig_nic *nic, struct ibv_pd *pd, struct ibv_mr **mr)
 {
@@ -195,11 +226,14 @@ int rig__sink_register(struct rig_nic *nic, struct ibv_pd *pd, struct ibv_mr **m
 
 int rig__sink_free(struct rig_nic *nic)
 {
-	int ret = 0;
+	struct ibv_mr **mr[] = { &nic->sink_mr, &nic->far_sink_mr };
+	int i, r, ret = 0;
 
-	if (nic->sink_mr && (ret = ibv_dereg_mr(nic->sink_mr)))
-		ret = rig__fail_verbs(ret, nic, "ibv_dereg_mr");
-	nic->sink_mr = NULL;
+	for (i = 0; i < 2; i++) {
+		if (*mr[i] && (r = ibv_dereg_mr(*mr[i])) && !ret)
+			ret = rig__fail_verbs(r, nic, "ibv_dereg_mr");
+		*mr[i] = NULL;
+	}
 	free(nic->sink);
 	nic->sink = NULL;
 	return ret;

@@ -104,11 +104,29 @@ bool route_peer_may_be_local(struct conn *c)
 	for (l = nic->qps.next; l != &nic->qps && !found; l = l->next) {
 		struct rig__qp *qp = container_of(l, struct rig__qp, link);
 
+		/* A far dialer serves no read (M4): no local peer either. */
 		found = qp->self.qp == c->peer.qp && qp->cm_port[0] == theirs &&
-			qp->cm_port[1] == ours;
+			qp->cm_port[1] == ours && !qp->far;
 	}
 	pthread_mutex_unlock(&nic->lock);
 	return found;
+}
+
+/*
+ * M4 for a dialer, before its queue pair is made: whether it goes to an
+ * address of this NIC, where it may meet a queue pair of ours. The route
+ * to a local address leaves from that address itself (the local table's
+ * route names it as its source), and route_same_device put the id on this
+ * NIC; a route to any other address leaves from another. Addresses only:
+ * the ports are not in the comparison.
+ */
+bool route_peer_is_self(struct conn *c)
+{
+	uint8_t ours[16], theirs[16];
+
+	return route_gid_of_address(rdma_get_local_addr(c->id), ours) &&
+	       route_gid_of_address(rdma_get_peer_addr(c->id), theirs) &&
+	       !memcmp(ours, theirs, 16);
 }
 
 /* The peer's address as rdma_cm connected to it ("198.18.0.2",

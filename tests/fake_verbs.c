@@ -314,6 +314,13 @@ void fake_depth(struct fake *f, uint32_t depth)
 	f->depth = f->q.shallow ? depth : 0;
 }
 
+void fake_far(struct fake *f, bool far)
+{
+	f->q.far = far;
+	f->q.pub.local = !far;
+	f->q.pub.lkey_at = rig__lkey_at(far);
+}
+
 void fake_reset(struct fake *f)
 {
 	struct rig__slot *slot[2] = { f->q.pub.ring[RIG_SEND].slot,
@@ -332,6 +339,7 @@ void fake_reset(struct fake *f)
 	f->q.pub.nic = &f->nic;
 	f->q.pub.local = 1;
 	f->q.pub.msg_max = f->nic.msg_max;
+	f->q.pub.lkey_at = rig__lkey_at(false);
 	f->ibqp.state = IBV_QPS_RTS;
 	f->profile = FAKE_PLAIN;
 	f->nic_failed = f->terminal = f->evented = false;
@@ -374,7 +382,8 @@ struct fake *fake_new(void)
 	f->r.nic = &f->nic;
 	f->r.addr = calloc(1, FAKE_REGION_LEN);
 	f->r.len = FAKE_REGION_LEN;
-	f->r.lkey = 0x1234;
+	f->r.lkey = FAKE_LKEY;
+	f->reg.far_lkey = FAKE_FAR_LKEY;
 	f->r.rkey = 0x5678;
 	cr_assert_not_null(f->r.addr, "fake: out of memory");
 	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {

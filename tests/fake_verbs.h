@@ -159,7 +159,10 @@ struct fake {
 	struct rig__qp q;		/* the library's queue pair */
 	struct rig_qp *qp;		/* &q.pub, what tests pass the library */
 	struct rig_nic nic;
-	struct rig_region r;		/* registered-looking memory of nic */
+	union {
+		struct rig_region r;	/* registered-looking memory of nic */
+		struct rig__region reg;	/* its private half: the far lkey */
+	};
 	struct ibv_context ctx;
 	struct ibv_qp ibqp;
 	struct fake_ring ring[2];	/* indexed by enum rig_side */
@@ -171,6 +174,9 @@ struct fake {
 };
 
 #define FAKE_REGION_LEN 65536
+/* The keys of the fake region: its near and its far registration's. */
+#define FAKE_LKEY 0x1234
+#define FAKE_FAR_LKEY 0x4321
 
 /* A connected, healthy queue pair that serves reads (local), with empty
  * rings; fake_free() gives back all of it. */
@@ -187,6 +193,12 @@ void fake_reset(struct fake *f);
  * queue more requests whose CQEs it has not read than @depth, while the
  * queue pair is healthy. fake_reset() sets the full depth. */
 void fake_depth(struct fake *f, uint32_t depth);
+
+/* Makes the queue pair one of the far protection domain (rig(7) M4), as
+ * a connection by address facing another host is, or a near one again
+ * (fake_reset's): it serves no reads, and its posts should carry the
+ * region's far lkey. */
+void fake_far(struct fake *f, bool far);
 
 /* The outcome of the next post of @side (see enum fake_outcome). */
 void fake_refuse(struct fake *f, enum rig_side side, int at, int ret);

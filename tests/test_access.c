@@ -410,6 +410,104 @@ Test(access, M4_another_handle_of_the_device_reads_nothing)
 	cr_assert_eq(rig_nic_close(n2), 0, "%s", rig_errmsg());
 }
 
+/*
+ * While set, every ibv_modify_qp of this process does what the kernel's
+ * bnxt_re before Linux 6.13 does (bnxt_re_modify_qp, "Temp: Set all
+ * params on QP as of now"): remote read and write ORed into the access of
+ * a modify that carries IBV_QP_ACCESS_FLAGS; and what some firmware
+ * does, serve reads at a responder depth of 0: max_dest_rd_atomic 0
+ * becomes 1.
+ */
+static bool grant_all;
+
+int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	__typeof__(&ibv_modify_qp) real = T_NEXT(ibv_modify_qp);
+	struct ibv_qp_attr a;
+
+	if (!__atomic_load_n(&grant_all, __ATOMIC_RELAXED))
+		return real(qp, attr, mask);
+	a = *attr;
+	if (mask & IBV_QP_ACCESS_FLAGS)
+		a.qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+	if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && !a.max_dest_rd_atomic)
+		a.max_dest_rd_atomic = 1;
+	return real(qp, &a, mask);
+}
+
+/*
+ * M4, M5, C1 on a NIC that grants every queue pair remote access: a queue
+ * pair of rig_qp_make connected to a peer that is not its NIC handle's (a
+ * raw queue pair of the device, another handle's queue pair) reads back
+ * what the NIC granted at INIT, and refuses to go on with -EOPNOTSUPP and
+ * a message naming the cause; the queue pair is back in RESET, never
+ * having served a packet: the raw peer's read of its region, with the
+ * real address and rkey, gets no answer and no byte. On a NIC that
+ * grants what it is asked, the same queue pair then connects (to the
+ * other handle's) as before, granting nothing.
+ */
+Test(access, M4_M5_C1_connect_refused_when_the_NIC_grants_all, .timeout = 60)
+{
+	static struct raw raw;
+	struct rig_nic *n1 = t_nic_open(t_dev()), *n2 = t_nic_open(t_dev());
+	struct rig_qp *a = t_qp(n1), *b = t_qp(n2);
+	struct rig_endpoint ea, eb, er;
+	struct ibv_send_wr wr = { 0 }, *bad;
+	struct ibv_qp_init_attr ia;
+	struct ibv_qp_attr qa;
+	struct ibv_sge sge;
+	struct t_buf src;
+	struct ibv_wc wc;
+	int ret, i;
+
+	t_buf(&src, n1, LEN, 11);
+	raw_open(&raw);
+	rig_qp_endpoint(a, &ea);
+	rig_qp_endpoint(b, &eb);
+	er = (struct rig_endpoint){ .qp = raw.qp->qp_num, .psn = RAW_PSN };
+	memcpy(er.gid, raw.gid.raw, 16);
+
+	__atomic_store_n(&grant_all, true, __ATOMIC_RELAXED);
+	ret = rig_qp_connect(a, &er);
+	cr_assert_eq(ret, -EOPNOTSUPP, "rig_qp_connect to a raw peer: %d (%s), expected -EOPNOTSUPP",
+		     ret, rig_errmsg());
+	cr_assert(strstr(rig_errmsg(), "grants every queue pair remote access (bnxt_re before Linux 6.13)") &&
+		  strstr(rig_errmsg(), "connect by address"), "message: %s", rig_errmsg());
+	cr_assert_eq(ibv_query_qp(a->ibqp, &qa, IBV_QP_STATE, &ia), 0);
+	cr_assert_eq(qa.qp_state, IBV_QPS_RESET, "the refused queue pair is in state %d",
+		     qa.qp_state);
+	ret = rig_qp_connect(a, &eb);
+	cr_assert_eq(ret, -EOPNOTSUPP, "rig_qp_connect to another handle's: %d (%s)", ret,
+		     rig_errmsg());
+
+	/* The raw peer reads: nobody answers, no byte comes. */
+	t_raw_connect(raw.qp, raw.gid_index, raw.mtu, RAW_PSN, ea.qp, ea.psn, ea.gid);
+	memset(raw.buf, 0x5c, LEN);
+	sge = (struct ibv_sge){ (uintptr_t)raw.buf, LEN, raw.mr->lkey };
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_READ;
+	wr.wr.rdma.remote_addr = (uintptr_t)src.r->addr;
+	wr.wr.rdma.rkey = src.r->rkey;
+	cr_assert_eq(ibv_post_send(raw.qp, &wr, &bad), 0);
+	wc = raw_wc(&raw, 20000);
+	for (i = 0; i < LEN; i++)
+		cr_assert_eq(raw.buf[i], 0x5c, "the raw read brought byte %d (status %s)", i,
+			     ibv_wc_status_str(wc.status));
+	cr_assert_neq(wc.status, IBV_WC_SUCCESS, "the raw read of a refused queue pair succeeded");
+
+	/* A NIC that grants what it is asked: connects as before (M5). */
+	__atomic_store_n(&grant_all, false, __ATOMIC_RELAXED);
+	ret = rig_qp_connect(a, &eb);
+	cr_assert_eq(ret, 0, "rig_qp_connect after the refusal: %d %s", ret, rig_errmsg());
+	cr_assert_eq(rig_qp_connect(b, &ea), 0, "%s", rig_errmsg());
+	cr_assert_eq(access_flags(a), 0);
+	cr_assert_eq(access_flags(b), 0);
+	raw_close(&raw);
+	cr_assert_eq(rig_nic_close(n1), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_nic_close(n2), 0, "%s", rig_errmsg());
+}
+
 /* ---- P5: deregistered handles cost nothing ---------------------------- */
 
 /*

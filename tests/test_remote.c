@@ -21,6 +21,7 @@
 #include <criterion/criterion.h>
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 #include <arpa/inet.h>
+#include <rdma/rdma_cma.h>
 
 #include "t_device.h"
 
@@ -1436,4 +1438,221 @@ Test(by_address, M3_a_listeners_vlan_of_1500_under_ports_of_9000_takes_path_mtu_
 Test(by_address, M3_a_dialers_vlan_of_1500_under_ports_of_9000_takes_path_mtu_1024)
 {
 	vlan_mtus(false);
+}
+
+/* ---- M4 on a NIC that grants every queue pair remote access ------------ */
+
+/*
+ * The kernel's bnxt_re before Linux 6.13 ORs remote read and write into
+ * the access of every modify that carries IBV_QP_ACCESS_FLAGS
+ * (bnxt_re_modify_qp, "Temp: Set all params on QP as of now"), and some
+ * firmware serves reads at a responder depth of 0. While grant_all is
+ * set, every ibv_modify_qp of this process does the same: the queue pair
+ * gets remote read and write, and max_dest_rd_atomic 0 becomes 1.
+ */
+static bool grant_all;
+
+int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	__typeof__(&ibv_modify_qp) real = T_NEXT(ibv_modify_qp);
+	struct ibv_qp_attr a;
+
+	if (!__atomic_load_n(&grant_all, __ATOMIC_RELAXED))
+		return real(qp, attr, mask);
+	a = *attr;
+	if (mask & IBV_QP_ACCESS_FLAGS)
+		a.qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+	if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && !a.max_dest_rd_atomic)
+		a.max_dest_rd_atomic = 1;
+	return real(qp, &a, mask);
+}
+
+enum { PORT_FAR_READER = 18660 };
+
+/* The next rdma_cm event of @ch, of type @want, within 10 s; acked, its
+ * private data copied into @priv (RIG_CM_PRIVATE bytes at most). */
+static void cm_expect(struct rdma_event_channel *ch, enum rdma_cm_event_type want,
+		      uint8_t *priv)
+{
+	struct pollfd pfd = { ch->fd, POLLIN, 0 };
+	double end = t_now_ms() + 10000;
+	struct rdma_cm_event *ev;
+	enum rdma_cm_event_type got;
+
+	while (rdma_get_cm_event(ch, &ev)) {
+		cr_assert_eq(errno, EAGAIN, "rdma_get_cm_event: %s", strerror(errno));
+		cr_assert_lt(t_now_ms(), end, "no rdma_cm event in 10 s");
+		poll(&pfd, 1, 100);
+	}
+	got = ev->event;
+	if (priv && ev->param.conn.private_data)
+		memcpy(priv, ev->param.conn.private_data,
+		       ev->param.conn.private_data_len < RIG_CM_PRIVATE
+			       ? ev->param.conn.private_data_len : RIG_CM_PRIVATE);
+	rdma_ack_cm_event(ev);
+	cr_assert_eq(got, want, "rdma_cm event %s, not %s", rdma_event_str(got),
+		     rdma_event_str(want));
+}
+
+struct far_server {
+	struct rig_listener *l;
+	int ret;
+	struct rig_qp *qp;
+};
+
+static void *far_accept(void *arg)
+{
+	struct far_server *s = arg;
+
+	s->ret = rig_accept(s->l, 10000000, &s->qp);
+	return NULL;
+}
+
+/*
+ * M4 whatever access the NIC grants a queue pair (issue 37, B1): with
+ * every queue pair of this process granted remote read and write and a
+ * responder depth of 1, as bnxt_re before Linux 6.13 does, a raw-verbs
+ * client on the other host connects by address (rdma_cm, a rig endpoint
+ * of its own queue pair) to a rig listener, and RDMA-READs a rig region
+ * with its real address and rkey. The read fails with a remote access
+ * error, and not a byte of the region reaches the client: the accepted
+ * queue pair faces another host, and lives where no region grants
+ * remote access.
+ */
+Test(remote, M4_peer_on_other_host_reads_nothing_when_the_NIC_grants_all)
+{
+	struct far_server s = { NULL, -1, NULL };
+	const char *gi = getenv("RIG_TEST_PEER_GID_INDEX");
+	uint8_t priv[RIG_CM_PRIVATE], buf[256];
+	struct rig_endpoint mine = { 0 }, theirs;
+	struct rdma_event_channel *ch;
+	struct ibv_qp_init_attr ia = { 0 };
+	struct ibv_send_wr wr = { 0 }, *bad;
+	struct rdma_conn_param p;
+	struct sockaddr_in sin = { 0 };
+	struct rdma_cm_id *id;
+	struct ibv_port_attr pa;
+	struct ibv_sge sge;
+	struct t_buf region;
+	union ibv_gid gid;
+	struct ibv_mr *mr;
+	struct ibv_cq *cq;
+	struct ibv_pd *pd;
+	struct ibv_qp *qp;
+	struct ibv_wc wc;
+	double end;
+	pthread_t t;
+	size_t i;
+	int n;
+
+	cr_assert_not_null(gi, "RIG_TEST_PEER_GID_INDEX is unset");
+	__atomic_store_n(&grant_all, true, __ATOMIC_RELAXED);
+	t_buf(&region, nic_a, sizeof(buf), 91);
+	cr_assert_eq(rig_listen(nic_a, getenv("RIG_TEST_IP"), PORT_FAR_READER, &s.l), 0, "%s",
+		     rig_errmsg());
+	cr_assert_eq(pthread_create(&t, NULL, far_accept, &s), 0);
+
+	/* The client: an id routed from the other host's address */
+	ch = rdma_create_event_channel();
+	cr_assert_not_null(ch, "rdma_create_event_channel: %s", strerror(errno));
+	cr_assert_eq(fcntl(ch->fd, F_SETFL, O_NONBLOCK), 0);
+	sin.sin_family = AF_INET;
+	sin.sin_port = htons(PORT_FAR_READER);
+	cr_assert_eq(inet_pton(AF_INET, getenv("RIG_TEST_IP"), &sin.sin_addr), 1);
+	cr_assert_eq(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0, "%s", strerror(errno));
+	cr_assert_eq(rdma_resolve_addr(id, NULL, (struct sockaddr *)&sin, 2000), 0, "%s",
+		     strerror(errno));
+	cm_expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, NULL);
+	cr_assert_str_eq(ibv_get_device_name(id->verbs->device), t_peer_dev(),
+			 "the client is not on the other host's device");
+	cr_assert_eq(rdma_resolve_route(id, 2000), 0, "%s", strerror(errno));
+	cm_expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL);
+	pd = ibv_alloc_pd(id->verbs);
+	cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
+	cr_assert(pd && cq);
+	ia.send_cq = ia.recv_cq = cq;
+	ia.cap.max_send_wr = ia.cap.max_recv_wr = 4;
+	ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+	ia.qp_type = IBV_QPT_RC;
+	ia.sq_sig_all = 1;
+	qp = ibv_create_qp(pd, &ia);
+	cr_assert_not_null(qp, "ibv_create_qp: %s", strerror(errno));
+	memset(buf, 0xa5, sizeof(buf));
+	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	cr_assert_not_null(mr);
+	cr_assert_eq(ibv_query_gid(id->verbs, 1, atoi(gi), &gid), 0);
+	cr_assert_eq(ibv_query_port(id->verbs, 1, &pa), 0);
+	mine.qp = qp->qp_num;
+	mine.psn = RAW_PSN;
+	memcpy(mine.gid, gid.raw, 16);
+	rig_cm_pack(&mine, priv);
+	t_raw_param(&p, priv, RIG_CM_PRIVATE, qp->qp_num);
+	cr_assert_eq(rdma_connect(id, &p), 0, "rdma_connect: %s", strerror(errno));
+	cm_expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, NULL);
+	cr_assert_eq(rdma_establish(id), 0, "rdma_establish: %s", strerror(errno));
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(s.ret, 0, "rig_accept: %d %s", s.ret, rig_errmsg());
+	rig_qp_endpoint(s.qp, &theirs);
+	t_raw_connect(qp, atoi(gi), pa.active_mtu, RAW_PSN, theirs.qp, theirs.psn, theirs.gid);
+
+	/* The read, with the region's real address and rkey */
+	sge = (struct ibv_sge){ (uintptr_t)buf, sizeof(buf), mr->lkey };
+	wr.wr_id = 1;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_READ;
+	wr.wr.rdma.remote_addr = (uintptr_t)region.r->addr;
+	wr.wr.rdma.rkey = region.r->rkey;
+	cr_assert_eq(ibv_post_send(qp, &wr, &bad), 0);
+	end = t_now_ms() + 10000;
+	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0)
+		cr_assert_lt(t_now_ms(), end, "the read got no completion in 10 s");
+	cr_assert_eq(n, 1);
+	for (i = 0; i < sizeof(buf) && buf[i] == 0xa5; i++)
+		;
+	cr_assert_eq(i, sizeof(buf), "the client's read brought the region's bytes "
+		     "(status %s): byte %zu is %#x", ibv_wc_status_str(wc.status), i, buf[i]);
+	cr_assert_eq(wc.status, IBV_WC_REM_ACCESS_ERR,
+		     "the client's read got %s (%d), expected REM_ACCESS_ERR",
+		     ibv_wc_status_str(wc.status), wc.status);
+
+	__atomic_store_n(&grant_all, false, __ATOMIC_RELAXED);
+	cr_assert_eq(rig_qp_destroy(s.qp), 0, "%s", rig_errmsg());
+	ibv_destroy_qp(qp);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+	cr_assert_eq(rig_listener_close(s.l), 0, "%s", rig_errmsg());
+}
+
+enum { PORT_FAR_BOTH = 18661 };
+
+/*
+ * M4: a connection by address between two hosts has both its queue pairs
+ * in their NICs' far protection domains (not the one of rig_qp_make's
+ * queue pairs), the dialer's as the listener's, and still carries
+ * messages both ways: their posts take the far registrations' keys.
+ */
+Test(remote, M4_both_ends_of_a_connection_across_hosts_are_far)
+{
+	struct rig_qp *ma = t_qp(nic_a), *mb = t_qp(nic_b), *qa, *qb;
+	struct t_buf txa, rxa, txb, rxb;
+
+	dial(getenv("RIG_TEST_IP"), PORT_FAR_BOTH, &qa, &qb);
+	cr_assert_neq(qa->ibqp->pd, ma->ibqp->pd,
+		      "the listener's queue pair is in the protection domain of rig_qp_make's");
+	cr_assert_neq(qb->ibqp->pd, mb->ibqp->pd,
+		      "the dialer's queue pair is in the protection domain of rig_qp_make's");
+	cr_assert_eq(qa->local, 0);
+	cr_assert_eq(qb->local, 0);
+	t_buf(&txa, nic_a, 4096, 1);
+	t_buf(&rxa, nic_a, 4096, 2);
+	t_buf(&txb, nic_b, 4096, 3);
+	t_buf(&rxb, nic_b, 4096, 4);
+	t_exchange(qa, qb, &txa, &rxb, 4096);
+	t_exchange(qb, qa, &txb, &rxa, 4096);
+	cr_assert_eq(rig_qp_destroy(qa), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_destroy(qb), 0, "%s", rig_errmsg());
 }

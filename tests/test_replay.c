@@ -2245,3 +2245,215 @@ ParameterizedTest(enum fake_profile *profile, replay,
 	}
 	cr_log_info("%s: %d runs", fake_profile_name[g.profile], runs);
 }
+
+/* ------------------------------------- M4: the far protection domain */
+
+/* The lkey of every request the fake NIC took on @side is @lkey. */
+static void expect_lkeys(enum rig_side side, size_t n, uint32_t lkey)
+{
+	size_t i;
+
+	cr_assert_eq(f->ring[side].nreq, n, "%s ring: the NIC took %zu requests, not %zu",
+		     ring_name[side], f->ring[side].nreq, n);
+	for (i = 0; i < n; i++)
+		cr_assert_eq(f->ring[side].req[i].lkey, lkey,
+			     "%s ring, request %zu: lkey %#x, not %#x", ring_name[side], i,
+			     f->ring[side].req[i].lkey, lkey);
+}
+
+/*
+ * Every post of @far's queue pair, on every path, to a NIC @depth deep:
+ * single posts (the inline hot path, and the slow path of a shallow
+ * ring, whose entries wait and are fed later), and batches of each ring.
+ * 2 sends, a batch of 2 sends, 2 receives, a batch of 2 receives: with
+ * depth 2, the second half of each waits in the ring until the first
+ * half completes and a poll feeds them.
+ */
+static void lkeys_of_every_post(bool far, uint32_t depth)
+{
+	uint32_t lkey = far ? FAKE_FAR_LKEY : FAKE_LKEY;
+	struct rig_completion c;
+	struct rig_post p[2];
+	int side, i;
+
+	fake_far(f, far);
+	if (depth)
+		fake_depth(f, depth);
+	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
+		post_one((enum rig_side)side, 10);
+		post_one((enum rig_side)side, 11);
+		batch(p, 2, 20, 1);
+		cr_assert_eq(side == RIG_SEND ? rig_qp_send_batch(f->qp, p, 2)
+					      : rig_qp_receive_batch(f->qp, p, 2), 2,
+			     "%s batch: %s", ring_name[side], rig_errmsg());
+	}
+	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
+		for (i = 0; i < 4; i++) {
+			if (side == RIG_SEND)
+				fake_complete(f, RIG_SEND, 1, IBV_WC_SUCCESS);
+			else
+				fake_message(f, 5);
+			cr_assert_eq(rig_qp_poll(f->qp, (enum rig_side)side, &c), 1,
+				     "%s ring, entry %d: no completion", ring_name[side], i);
+			cr_assert_eq(c.error, 0, "%s ring, entry %d: %d %s", ring_name[side],
+				     i, c.error, c.why);
+		}
+		expect_lkeys((enum rig_side)side, 4, lkey);
+	}
+}
+
+/* M4: a queue pair of the far domain posts with each region's far lkey,
+ * on the inline hot path, the slow paths of a shallow ring and batches;
+ * a near one with its lkey, as before. */
+Test(replay, M4_far_qp_posts_carry_the_far_lkey_on_every_path)
+{
+	lkeys_of_every_post(true, 0);
+}
+
+Test(replay, M4_far_qp_posts_carry_the_far_lkey_shallow_rings)
+{
+	lkeys_of_every_post(true, 2);
+}
+
+Test(replay, M4_near_qp_posts_carry_the_near_lkey)
+{
+	lkeys_of_every_post(false, 2);
+}
+
+/* M4, P3: a far queue pair serves no reads, so it posts none: -EINVAL,
+ * nothing posted. */
+Test(replay, M4_P3_far_qp_read_is_EINVAL_posts_nothing)
+{
+	fake_far(f, true);
+	cr_assert_eq(rig_qp_read(f->qp, &f->r, 0, &f->r, 64, 8), -EINVAL);
+	cr_assert_eq(f->ring[RIG_SEND].nreq, 0);
+	expect_room(RIG_SEND, RIG_RING_ENTRIES);
+}
+
+/*
+ * rig_region_register, against ibv_reg_mr and ibv_dereg_mr of this file
+ * (lib/region.c is linked into this program, so its calls come here):
+ * what it registers in which protection domain, and what a refusal of
+ * the second registration gives back.
+ */
+#define REG_MAX 8
+static struct {
+	int calls;		/* ibv_reg_mr calls */
+	int refuse_at;		/* the call (1-based) refused, or 0 */
+	int refuse_errno;
+	struct ibv_pd *pd[REG_MAX];
+	int access[REG_MAX];
+	struct ibv_mr mr[REG_MAX];
+	bool live[REG_MAX];
+} reg;
+
+/* verbs.h makes ibv_reg_mr a macro over the function of that name. */
+struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	int i = reg.calls++;
+
+	cr_assert_lt(i, REG_MAX);
+	if (reg.calls == reg.refuse_at) {
+		errno = reg.refuse_errno;
+		return NULL;
+	}
+	reg.pd[i] = pd;
+	reg.access[i] = access;
+	reg.mr[i] = (struct ibv_mr){ .pd = pd, .addr = addr, .length = length,
+				     .lkey = 0x100u + (uint32_t)i, .rkey = 0x200u + (uint32_t)i };
+	reg.live[i] = true;
+	return &reg.mr[i];
+}
+
+int ibv_dereg_mr(struct ibv_mr *mr)
+{
+	int i = (int)(mr - reg.mr);
+
+	cr_assert(i >= 0 && i < REG_MAX && reg.live[i], "ibv_dereg_mr of an unknown MR");
+	reg.live[i] = false;
+	return 0;
+}
+
+static int reg_live(void)
+{
+	int i, n = 0;
+
+	for (i = 0; i < REG_MAX; i++)
+		n += reg.live[i];
+	return n;
+}
+
+static struct ibv_pd near_pd, far_pd;
+
+static void reg_setup(void)
+{
+	setup();
+	memset(&reg, 0, sizeof(reg));
+	f->nic.pd = &near_pd;
+	f->nic.far_pd = &far_pd;
+}
+
+static void reg_teardown(void)
+{
+	rig__regions_free(&f->nic);
+	teardown();
+}
+
+TestSuite(region, .init = reg_setup, .fini = reg_teardown);
+
+/* M4: each region is registered in the near domain with remote read and
+ * in the far one with local access only; its handle gives the near keys,
+ * and the far lkey where a far queue pair looks for it. Deregistering
+ * gives back both. */
+Test(region, M4_registered_near_with_remote_read_and_far_with_none)
+{
+	static uint8_t mem[4096];
+	struct rig_region *r;
+	int ret = rig_region_register(&f->nic, mem, sizeof(mem), &r);
+
+	cr_assert_eq(ret, 0, "rig_region_register: %d %s", ret, rig_errmsg());
+	cr_assert_eq(reg.calls, 2, "%d registrations, not 2", reg.calls);
+	cr_assert_eq(reg.pd[0], &near_pd);
+	cr_assert_eq(reg.access[0], IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	cr_assert_eq(reg.pd[1], &far_pd);
+	cr_assert_eq(reg.access[1], IBV_ACCESS_LOCAL_WRITE, "the far registration grants %#x",
+		     reg.access[1]);
+	cr_assert_eq(r->lkey, reg.mr[0].lkey);
+	cr_assert_eq(r->rkey, reg.mr[0].rkey);
+	cr_assert_eq(*(const uint32_t *)((const char *)r + rig__lkey_at(true)), reg.mr[1].lkey);
+	cr_assert_eq(*(const uint32_t *)((const char *)r + rig__lkey_at(false)), reg.mr[0].lkey);
+	cr_assert_eq(reg_live(), 2);
+	cr_assert_eq(rig_region_deregister(r), 0, "%s", rig_errmsg());
+	cr_assert_eq(reg_live(), 0, "%d registrations left", reg_live());
+	cr_assert_eq(rig_region_deregister(r), -EINVAL);
+}
+
+/* C1, M1: a refusal of either registration returns its errno, names
+ * ibv_reg_mr, and leaves nothing registered. */
+static void refused_at(int call, int err)
+{
+	static uint8_t mem[4096];
+	struct rig_region *r = (struct rig_region *)&r;
+	int ret;
+
+	reg.refuse_at = call;
+	reg.refuse_errno = err;
+	ret = rig_region_register(&f->nic, mem, sizeof(mem), &r);
+	cr_assert_eq(ret, -err, "registration refused at call %d: %d, not %d", call, ret, -err);
+	cr_assert_eq(reg.calls, call, "%d calls, not %d", reg.calls, call);
+	cr_assert_eq(reg_live(), 0, "%d registrations left", reg_live());
+	cr_assert_eq(r, (struct rig_region *)&r, "the out-pointer was written");
+	cr_assert(strstr(rig_errmsg(), "ibv_reg_mr") && strstr(rig_errmsg(), strerror(err)),
+		  "message: %s", rig_errmsg());
+	cr_assert_eq(f->nic.regions.next, &f->nic.regions, "a region is listed");
+}
+
+Test(region, M4_C1_far_registration_refused_gives_back_the_near_one)
+{
+	refused_at(2, ENOMEM);
+}
+
+Test(region, C1_near_registration_refused_registers_nothing)
+{
+	refused_at(1, EFAULT);
+}

@@ -77,7 +77,12 @@ struct rig_qp {
 	uint32_t broken;	/* 0: connected, healthy; else take the slow path */
 	uint32_t local;		/* the peer is a QP of this NIC handle: reads (M4) */
 	uint32_t msg_max;	/* min(2^31, the device's max_msg_sz) (Q3) */
-	uint32_t pad;
+	/* Where, in bytes from the start of a region's handle, the local
+	 * key of this queue pair's protection domain lies (rig(7) M4): the
+	 * region's lkey, or for a queue pair facing another host, that of
+	 * the region's registration granting no remote access, which the
+	 * library keeps past the public fields. */
+	uint32_t lkey_at;
 	struct rig__ring ring[2];	/* indexed by enum rig_side */
 };
 
@@ -103,8 +108,10 @@ void rig_qp_endpoint(const struct rig_qp *qp, struct rig_endpoint *out);
  * process on the same device and GID, gets no access at all.
  *
  * Returns 0; -EINVAL if @qp is connected or @peer's qp or psn is over 24
- * bits; or the -errno of the refused step. Called again after a refusal, it
- * starts over from RESET.
+ * bits; -EOPNOTSUPP if the peer is not of this NIC handle and the NIC
+ * granted @qp remote access rig did not ask for (bnxt_re before Linux
+ * 6.13; rig(7) M4: connect such peers by address); or the -errno of the
+ * refused step. Called again after a refusal, it starts over from RESET.
  */
 int rig_qp_connect(struct rig_qp *qp, const struct rig_endpoint *peer);
 
@@ -305,6 +312,12 @@ RIG_INLINE int rig__qp_bad_span(const struct rig_qp *qp,
 	       n > qp->msg_max;
 }
 
+/* The local key of live region @r for @qp's posts (rig(7) M4). */
+RIG_INLINE uint32_t rig__qp_lkey(const struct rig_qp *qp, const struct rig_region *r)
+{
+	return *(const uint32_t *)(const void *)((const char *)r + qp->lkey_at);
+}
+
 RIG_INLINE uint32_t rig__ring_used(const struct rig__ring *q)
 {
 	return q->head - q->tail;
@@ -343,7 +356,8 @@ RIG_INLINE int rig_qp_send(struct rig_qp *qp, const struct rig_region *r,
 			  (rig__qp_broken(qp) != 0)))
 		return rig__qp_post_slow(qp, RIG__OP_SEND, NULL, 0, r, at, n);
 
-	struct ibv_sge sge = { (uintptr_t)(r->addr + at), (uint32_t)n, r->lkey };
+	struct ibv_sge sge = { (uintptr_t)(r->addr + at), (uint32_t)n,
+			       rig__qp_lkey(qp, r) };
 	struct ibv_send_wr wr;
 
 	/* What providers read of a plain send; zeroing all 128 bytes of the
@@ -387,7 +401,7 @@ RIG_INLINE int rig_qp_read(struct rig_qp *qp, const struct rig_region *src,
 					 dst_at, n);
 
 	struct ibv_sge sge = { (uintptr_t)(dst->addr + dst_at), (uint32_t)n,
-			       dst->lkey };
+			       rig__qp_lkey(qp, dst) };
 	struct ibv_send_wr wr;
 
 	wr.wr_id = q->head;
@@ -427,7 +441,8 @@ RIG_INLINE int rig_qp_receive(struct rig_qp *qp, const struct rig_region *r,
 			  (rig__qp_broken(qp) != 0)))
 		return rig__qp_post_slow(qp, RIG__OP_RECEIVE, NULL, 0, r, at, n);
 
-	struct ibv_sge sge = { (uintptr_t)(r->addr + at), (uint32_t)n, r->lkey };
+	struct ibv_sge sge = { (uintptr_t)(r->addr + at), (uint32_t)n,
+			       rig__qp_lkey(qp, r) };
 	struct ibv_recv_wr wr;
 
 	wr.wr_id = q->head;

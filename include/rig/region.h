@@ -30,8 +30,11 @@ struct rig_region {
 /**
  * rig_region_register - register [addr, addr + len) with a NIC
  *
- * Returns 0 and sets *out, -EINVAL for a NULL or empty range, or the -errno
- * of ibv_reg_mr (-ENOMEM: see RLIMIT_MEMLOCK).
+ * Registers it twice, in the NIC's two protection domains (rig(7) M4):
+ * with remote read for queue pairs that may serve a peer of this NIC
+ * handle, with none for those facing another host. Returns 0 and sets
+ * *out, -EINVAL for a NULL or empty range, or the -errno of ibv_reg_mr
+ * (-ENOMEM: see RLIMIT_MEMLOCK, which counts the region twice).
  */
 int rig_region_register(struct rig_nic *nic, void *addr, size_t len,
 			struct rig_region **out);
