@@ -151,8 +151,10 @@ static int make_qp(struct conn *c)
 	 * far protection domain, where no region grants remote access,
 	 * whatever its provider lets its peer do. A listener knows its peer
 	 * already (route_peer_may_be_local); a dialer knows where it goes:
-	 * to an address of this NIC, it may meet a queue pair of ours. */
-	bool far = c->accepting ? !c->may_be_local : !route_peer_is_self(c);
+	 * to an address of this NIC, it may meet a queue pair of ours. A
+	 * NIC of a program built against rig 0.3 makes none (nic.c). */
+	bool far = !nic->near_only &&
+		   (c->accepting ? !c->may_be_local : !route_peer_is_self(c));
 	int ret = rig__qp_make(c->loop, far, &qp);
 
 	if (ret)

@@ -143,6 +143,10 @@ struct rig_nic {
 	 */
 	struct ibv_pd *pd;
 	struct ibv_pd *far_pd;
+	/* Opened by a program built against rig 0.3's headers or older
+	 * (rig_nic_open@RIG_0.1, nic.c): its inline posts put each region's
+	 * near key in every request, so every queue pair stays near. */
+	bool near_only;
 	char name[IBV_SYSFS_NAME_MAX];
 	uint8_t port;
 	uint8_t mac[6];

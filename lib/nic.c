@@ -333,7 +333,7 @@ RIG_EXPORT int rig_nic_set_depth(struct rig_nic *nic, int depth)
 	return 0;
 }
 
-RIG_EXPORT __cold int rig_nic_open(const char *name, struct rig_nic **out)
+static int nic_open(const char *name, bool near_only, struct rig_nic **out)
 {
 	struct ibv_device **list;
 	struct rig_nic *nic;
@@ -377,6 +377,7 @@ RIG_EXPORT __cold int rig_nic_open(const char *name, struct rig_nic **out)
 	rig__list_init(&nic->regions);
 	nic->spin_ns = RIG_SPIN_ADAPTIVE;
 	nic->depth = env_depth(nic);
+	nic->near_only = near_only;
 	ret = rig__sink_register(nic, nic->pd, &nic->sink_mr);
 	if (!ret)
 		ret = rig__sink_register(nic, nic->far_pd, &nic->far_sink_mr);
@@ -400,6 +401,33 @@ out_device:
 out_free:
 	free(nic);
 	return ret;
+}
+
+/*
+ * rig_nic_open comes in two versions (rig(7) Versions and compatibility).
+ * A program built against rig 0.4's headers or later binds the default,
+ * RIG_0.4: its inline posts take the local key of each queue pair's
+ * protection domain (rig__qp_lkey), so a connection by address that
+ * faces another host gets a far queue pair (M4). A program built against
+ * an older release bound RIG_0.1, and its inline posts put a region's
+ * near key (rig_region.lkey) in every request, which a far queue pair
+ * refuses: its NIC makes near queue pairs only, as rig 0.3 did, and M4
+ * holds for it by the access rig asks and the read-back of what the NIC
+ * granted (qp.c, rig__qp_connect).
+ */
+int rig_nic_open_0_4(const char *name, struct rig_nic **out);
+int rig_nic_open_0_1(const char *name, struct rig_nic **out);
+
+RIG_EXPORT __cold __attribute__((symver("rig_nic_open@@RIG_0.4")))
+int rig_nic_open_0_4(const char *name, struct rig_nic **out)
+{
+	return nic_open(name, false, out);
+}
+
+RIG_EXPORT __cold __attribute__((symver("rig_nic_open@RIG_0.1")))
+int rig_nic_open_0_1(const char *name, struct rig_nic **out)
+{
+	return nic_open(name, true, out);
 }
 
 RIG_EXPORT __cold int rig_nic_close(struct rig_nic *nic)

@@ -361,9 +361,11 @@ static int access_check(struct rig__qp *qp, int asked, bool by_address)
 			 extra & IBV_ACCESS_REMOTE_READ ? "read " : "",
 			 extra & IBV_ACCESS_REMOTE_WRITE ? "write " : "",
 			 extra & IBV_ACCESS_REMOTE_ATOMIC ? "atomic " : "",
-			 by_address ? "a connection to this NIC's own address from outside its "
-				      "NIC handle is refused"
-				    : "connect by address, whose queue pair faces no readable region");
+			 qp->nic->near_only ? "the program was built against rig 0.3 or older, "
+					      "whose queue pairs are all near: rebuild it"
+			 : by_address ? "a connection to this NIC's own address from outside its "
+					"NIC handle is refused"
+				      : "connect by address, whose queue pair faces no readable region");
 }
 
 /* rig_qp_connect(), where a peer that names one of this NIC's own queue

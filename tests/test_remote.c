@@ -1656,3 +1656,41 @@ Test(remote, M4_both_ends_of_a_connection_across_hosts_are_far)
 	cr_assert_eq(rig_qp_destroy(qa), 0, "%s", rig_errmsg());
 	cr_assert_eq(rig_qp_destroy(qb), 0, "%s", rig_errmsg());
 }
+
+/*
+ * M4 and rig(7) Versions and compatibility: a program built against rig
+ * 0.3's headers bound rig_nic_open@RIG_0.1, and its inline posts put a
+ * region's near key (rig_region.lkey) in every request. Its NICs make
+ * near queue pairs only, by address too, so those posts still work; the
+ * same dial from a NIC of rig_nic_open@@RIG_0.4 gets far ones. Bound here
+ * as such a program bound it.
+ */
+enum { PORT_AS_0_3 = 18669 };
+int rig_nic_open_as_0_3(const char *name, struct rig_nic **out);
+__asm__(".symver rig_nic_open_as_0_3, rig_nic_open@RIG_0.1");
+
+Test(remote, M4_a_program_built_against_rig_0_3_keeps_near_queue_pairs)
+{
+	struct rig_nic *old_a, *old_b;
+	struct rig_qp *ma, *qa, *qb;
+	struct t_buf txa, rxa, txb, rxb;
+
+	cr_assert_eq(rig_nic_open_as_0_3(t_dev(), &old_a), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_nic_open_as_0_3(t_peer_dev(), &old_b), 0, "%s", rig_errmsg());
+	ma = t_qp(old_a);
+	dial_from(old_a, old_b, getenv("RIG_TEST_IP"), PORT_AS_0_3, &qa, &qb);
+	cr_assert_eq(qa->ibqp->pd, ma->ibqp->pd,
+		     "the listener's queue pair is far: rig 0.3's posts would carry the wrong key");
+	cr_assert_eq(qa->lkey_at, offsetof(struct rig_region, lkey));
+	cr_assert_eq(qb->lkey_at, offsetof(struct rig_region, lkey));
+	cr_assert_eq(qa->local, 0);
+	cr_assert_eq(qb->local, 0);
+	t_buf(&txa, old_a, 4096, 5);
+	t_buf(&rxa, old_a, 4096, 6);
+	t_buf(&txb, old_b, 4096, 7);
+	t_buf(&rxb, old_b, 4096, 8);
+	t_exchange(qa, qb, &txa, &rxb, 4096);
+	t_exchange(qb, qa, &txb, &rxa, 4096);
+	cr_assert_eq(rig_nic_close(old_b), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_nic_close(old_a), 0, "%s", rig_errmsg());
+}
