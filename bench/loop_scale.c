@@ -18,7 +18,10 @@
  *   The two are measured in turn, REPEATS times, the order swapped each
  *   time; the medians over repeats are kept.
  *
- *	loop_scale -d DEV [-n ROUNDS] [-r REPEATS]
+ *	loop_scale -d DEV [-n ROUNDS] [-r REPEATS] [-p PAIRS]
+ *
+ * -p measures only PAIRS pairs in the NIC's own loop, for a profiler
+ * (strace -f -c, callgrind): its output is that case's row alone.
  *
  * stdout: loop_scale,CASE,NS_PER_EVENT (CASE: 1 and 1024 queue pairs,
  * means; loops1 and loops4, medians; loops1_mean and loops4_mean);
@@ -246,15 +249,17 @@ int main(int argc, char *argv[])
 	double a1[REPEATS_MAX], a4[REPEATS_MAX], aratio[REPEATS_MAX];
 	double m1, m4, mr, rmin, rmax, ma1, ma4, mar;
 	const char *dev = NULL;
-	int rounds = 4000, repeats = 3, opt, i;
+	int rounds = 4000, repeats = 3, only = 0, opt, i;
 
-	while ((opt = getopt(argc, argv, "d:n:r:")) != -1) {
+	while ((opt = getopt(argc, argv, "d:n:r:p:")) != -1) {
 		if (opt == 'd')
 			dev = optarg;
 		else if (opt == 'n')
 			rounds = atoi(optarg);
 		else if (opt == 'r')
 			repeats = atoi(optarg);
+		else if (opt == 'p')
+			only = atoi(optarg);
 		else
 			return 2;
 	}
@@ -262,6 +267,10 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "loop_scale: -n at least %d, -r 1 to %d\n", LOOPS_MAX,
 			REPEATS_MAX);
 		return 2;
+	}
+	if (only > 0) {
+		printf("loop_scale,%d,%.0f\n", 2 * only, measure_pairs(dev, only, rounds));
+		return 0;
 	}
 	one = measure_pairs(dev, 1, rounds);
 	many = measure_pairs(dev, 512, rounds);
