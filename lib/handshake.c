@@ -188,9 +188,8 @@ int handshake_make_and_connect(struct conn *c)
  * and gets no MTU. 0 or -errno. */
 static int our_param(struct conn *c, struct rdma_conn_param *param)
 {
-	struct rig_nic *nic = c->loop->nic;
-	struct ibv_port_attr pattr;
 	struct rig_endpoint self;
+	uint8_t mtu;
 	int ret;
 
 	rig_qp_endpoint(&c->qp->pub, &self);
@@ -198,10 +197,10 @@ static int our_param(struct conn *c, struct rdma_conn_param *param)
 		rig_cm_pack(&self, c->priv);
 		c->priv_len = RIG_CM_PRIVATE;
 	} else {
-		ret = ibv_query_port(nic->ctx, nic->port, &pattr);
+		ret = route_port_mtu(c, &mtu);
 		if (ret)
-			return rig__fail_verbs(ret, nic, "ibv_query_port");
-		rig_cm_pack_mtu(&self, route_mtu(c, pattr.active_mtu), c->priv);
+			return ret;
+		rig_cm_pack_mtu(&self, route_mtu(c, (enum ibv_mtu)mtu), c->priv);
 		c->priv_len = RIG_CM_PRIVATE_MTU;
 	}
 	route_conn_param(param, c->priv, c->priv_len, c->qp);

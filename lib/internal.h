@@ -576,6 +576,9 @@ struct rig__route {
 	/* The route's own MTU (enum ibv_mtu), from rdma_cm: its netdev's,
 	 * which may be smaller than the port's (a VLAN's); 0: none given. */
 	uint8_t path_mtu;
+	/* The port's active MTU as the connection read it for its own
+	 * endpoint (enum ibv_mtu); 0: read it now. */
+	uint8_t port_mtu;
 	char peer[64];			/* rdma_cm's peer address and port */
 };
 int rig__qp_connect(struct rig_qp *qp, const struct rig_endpoint *peer,
