@@ -680,8 +680,9 @@ RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, i
 			return ret;
 	}
 	/* rdma_cm events, and those a wait read and kept for the loop. */
-	if ((sources & RIG__SOURCE_CM) || __atomic_load_n(&loop->cm_owed, __ATOMIC_ACQUIRE))
-		backlog = rig__events_take_cm(loop);
+	if ((sources & (RIG__SOURCE_CM | RIG__SOURCE_TIMER)) ||
+	    __atomic_load_n(&loop->cm_owed, __ATOMIC_ACQUIRE))
+		backlog = rig__events_take_cm(loop, sources);
 	pthread_mutex_lock(&loop->lock);
 	if (sources & RIG__SOURCE_CHANNEL)
 		rig__events_take_locked(loop);
