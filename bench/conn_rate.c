@@ -22,7 +22,11 @@
  * last connection up; teardown is not timed.
  *
  *	conn_rate -d DEV -g GID_INDEX -a ADDR [-c CONNS] [-q QUEUE] [-r ROUNDS] [-p PORT]
- *		  [-s SETTLE_MS] [-v] [-o rig|raw]
+ *		  [-s SETTLE_MS] [-v] [-o rig|raw] [-l LIVENESS_MS]
+ *
+ * -l sets rig's loops' liveness interval (rig_loop_liveness; 0: off;
+ * default rig's RIG_LIVENESS_MS): a round that lasts longer than it
+ * probes the connections made so far, which plain librdmacm does not.
  *
  * -o runs only one of the two (a warm-up and ROUNDS rounds), for a
  * profiler: strace -f -c, or callgrind, sees one kind of connection.
@@ -61,7 +65,7 @@
 #define DIAL_US 10000000ll
 
 static const char *dev, *addr;
-static int gid_index = -1, conns = 64, queue = 8, settle_ms = 500, verbose;
+static int gid_index = -1, conns = 64, queue = 8, settle_ms = 500, verbose, live_ms = -1;
 
 static double now_s(void)
 {
@@ -163,6 +167,9 @@ static double rig_round(uint16_t port, double *cpu)
 
 	if ((ret = rig_loop_open(rig_nic, &server)) || (ret = rig_loop_open(rig_nic, &client)))
 		die_rig("rig_loop_open", ret);
+	if (live_ms >= 0 && ((ret = rig_loop_liveness(server, live_ms)) ||
+			     (ret = rig_loop_liveness(client, live_ms))))
+		die_rig("rig_loop_liveness", ret);
 	if ((ret = io_uring_queue_init(64, &ring, 0)))
 		die("io_uring_queue_init", ret);
 	if ((ret = rig_uring_watch(&ring, server, TAG_SERVER)) ||
@@ -541,7 +548,7 @@ int main(int argc, char *argv[])
 	int rounds = 9, port = 18700, opt, r, ret;
 	const char *only = NULL;
 
-	while ((opt = getopt(argc, argv, "d:g:a:c:q:r:p:s:vo:")) != -1) {
+	while ((opt = getopt(argc, argv, "d:g:a:c:q:r:p:s:vo:l:")) != -1) {
 		switch (opt) {
 		case 'd': dev = optarg; break;
 		case 'g': gid_index = atoi(optarg); break;
@@ -553,13 +560,14 @@ int main(int argc, char *argv[])
 		case 's': settle_ms = atoi(optarg); break;
 		case 'v': verbose = 1; break;
 		case 'o': only = optarg; break;
+		case 'l': live_ms = atoi(optarg); break;
 		default: return 2;
 		}
 	}
 	if (!dev || !addr || gid_index < 0 || settle_ms < 0 || conns < 1 || conns > CONNS_MAX || queue < 1 ||
 	    rounds < 1 || rounds > ROUNDS_MAX || port < 1 || port + 2 * rounds + 2 > 65535 ||
 	    (only && strcmp(only, "rig") && strcmp(only, "raw"))) {
-		fprintf(stderr, "usage: conn_rate -d DEV -g GID_INDEX -a ADDR [-c CONNS (<= %d)] [-q QUEUE] [-r ROUNDS (<= %d)] [-p PORT] [-s SETTLE_MS] [-v] [-o rig|raw]\n",
+		fprintf(stderr, "usage: conn_rate -d DEV -g GID_INDEX -a ADDR [-c CONNS (<= %d)] [-q QUEUE] [-r ROUNDS (<= %d)] [-p PORT] [-s SETTLE_MS] [-v] [-o rig|raw] [-l LIVENESS_MS]\n",
 			CONNS_MAX, ROUNDS_MAX);
 		return 2;
 	}

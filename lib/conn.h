@@ -176,6 +176,7 @@ struct conn {
 	uint8_t peer_form;
 	struct rig_cm_sink peer_sink;
 	uint8_t path_mtu;		/* our route's (route_resolved), 0: not read */
+	uint8_t port_mtu;		/* our port's (route_port_mtu), 0: not read */
 	/* The endpoint's GID is the address rdma_cm connected to, so the
 	 * peer may be one of our own queue pairs (M4). */
 	bool may_be_local;
@@ -244,6 +245,7 @@ bool route_peer_is_self(struct conn *c);
 bool route_peer_ip(struct rdma_cm_id *id, char ip[INET6_ADDRSTRLEN]);
 int route_resolved(struct conn *c, struct rig__route *r);
 uint8_t route_mtu(const struct conn *c, enum ibv_mtu active);
+int route_port_mtu(struct conn *c, uint8_t *mtu);
 void route_conn_param(struct rdma_conn_param *p, const uint8_t *priv, uint8_t len,
 		      const struct rig__qp *qp);
 int64_t route_deadline_after(int64_t us);

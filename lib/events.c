@@ -87,7 +87,7 @@ int rig__events_open(struct rig_loop *loop)
 	 * reads an event tells the loop of the queue pair it names. */
 	if ((ret = epoll_add(loop, loop->channel->fd, RIG__SOURCE_CHANNEL)) ||
 	    (ret = epoll_add(loop, nic->ctx->async_fd, RIG__SOURCE_ASYNC)) ||
-	    (ret = epoll_add(loop, loop->timer_fd, RIG__SOURCE_CM)) ||
+	    (ret = epoll_add(loop, loop->timer_fd, RIG__SOURCE_TIMER)) ||
 	    (ret = epoll_add(loop, loop->ready_efd, RIG__SOURCE_NEWS)))
 		goto out;
 	return 0;
@@ -176,7 +176,8 @@ unsigned rig__events_ready(struct rig_loop *loop)
 	 * loops: a full array may have left some out. */
 	n = epoll_wait(loop->epfd, ev, 8, 0);
 	if (n < 0 || n == 8)	/* read everything, as if all were ready */
-		return RIG__SOURCE_CHANNEL | RIG__SOURCE_ASYNC | RIG__SOURCE_CM;
+		return RIG__SOURCE_CHANNEL | RIG__SOURCE_ASYNC | RIG__SOURCE_CM |
+		       RIG__SOURCE_TIMER;
 	for (i = 0; i < n; i++)
 		mask |= ev[i].data.u32;
 	return mask;
@@ -303,9 +304,13 @@ bool rig__events_take_until(struct rig_loop *loop, struct rig__qp *qp, int side)
  */
 #define RIG_CM_BUDGET_NS 5000000
 
-bool rig__events_take_cm(struct rig_loop *loop)
+bool rig__events_take_cm(struct rig_loop *loop, unsigned sources)
 {
-	struct rdma_event_channel *ch = __atomic_load_n(&loop->cm, __ATOMIC_ACQUIRE);
+	/* A pass for news owed, or for the timer alone, finds the channel
+	 * empty: no read for that (an event that comes later wakes the
+	 * loop's fd again). */
+	struct rdma_event_channel *ch = (sources & RIG__SOURCE_CM)
+		? __atomic_load_n(&loop->cm, __ATOMIC_ACQUIRE) : NULL;
 	struct rdma_cm_event *ev;
 	int64_t end = rig__now_ns() + RIG_CM_BUDGET_NS;
 	uint64_t expired;
@@ -334,8 +339,10 @@ bool rig__events_take_cm(struct rig_loop *loop)
 	 * ESTABLISHED waits behind a burst of requests is not late. But a
 	 * channel that never runs dry (a flood) must not starve them: after
 	 * RIG_CM_HALF_OPEN_MS without a pass, they run anyway. An expired
-	 * timer left unread keeps the loop's fd readable. */
-	if ((!more || rig__now_ns() - loop->cm_ticked >= RIG_CM_HALF_OPEN_MS * 1000000ll) &&
+	 * timer left unread keeps the loop's fd readable. One not expired
+	 * is not read: most passes are for rdma_cm events. */
+	if ((sources & RIG__SOURCE_TIMER) &&
+	    (!more || rig__now_ns() - loop->cm_ticked >= RIG_CM_HALF_OPEN_MS * 1000000ll) &&
 	    read(loop->timer_fd, &expired, sizeof(expired)) == sizeof(expired)) {
 		loop->timer_at = -1;	/* fired: set it again, if only to the same */
 		if (loop->cm_consumer)
@@ -636,6 +643,6 @@ RIG_EXPORT int rig_nic_events(struct rig_nic *nic)
 	/* A program that only polls learns here that a peer of the NIC's
 	 * own loop left. */
 	if (n >= 0)
-		rig__events_take_cm(nic->own);
+		rig__events_take_cm(nic->own, RIG__SOURCE_CM | RIG__SOURCE_TIMER);
 	return n;
 }

@@ -200,7 +200,6 @@ static int our_param(struct conn *c, struct rdma_conn_param *param)
 {
 	struct rig_nic *nic = c->loop->nic;
 	struct rig_cm_sink sink = { rig__sink_mr(c->qp)->rkey, (uintptr_t)nic->sink };
-	struct ibv_port_attr pattr;
 	struct rig_endpoint self;
 	uint8_t mtu;
 	int ret;
@@ -210,10 +209,10 @@ static int our_param(struct conn *c, struct rdma_conn_param *param)
 		rig_cm_pack(&self, c->priv);
 		c->priv_len = RIG_CM_PRIVATE;
 	} else {
-		ret = ibv_query_port(nic->ctx, nic->port, &pattr);
+		ret = route_port_mtu(c, &mtu);
 		if (ret)
-			return rig__fail_verbs(ret, nic, "ibv_query_port");
-		mtu = route_mtu(c, pattr.active_mtu);
+			return ret;
+		mtu = route_mtu(c, (enum ibv_mtu)mtu);
 		if (c->accepting && c->peer_form == 2) {
 			rig_cm_pack_mtu(&self, mtu, c->priv);
 			c->priv_len = RIG_CM_PRIVATE_MTU;

@@ -567,9 +567,10 @@ int rig__qp_probe(struct rig__qp *qp);
 /* events.c, the demultiplexer: */
 /* makes @fd non-blocking; 0 or -errno, with @what in the message. */
 int rig__set_nonblock(int fd, const char *what);
-/* which of @loop's sources are readable now (RIG__SOURCE_*). */
+/* which of @loop's sources are readable now (RIG__SOURCE_*); CM is its
+ * rdma_cm channel and the shared listeners' fds, TIMER its timer. */
 enum { RIG__SOURCE_CHANNEL = 1, RIG__SOURCE_ASYNC = 2, RIG__SOURCE_CM = 4,
-       RIG__SOURCE_NEWS = 8 };
+       RIG__SOURCE_NEWS = 8, RIG__SOURCE_TIMER = 16 };
 unsigned rig__events_ready(struct rig_loop *loop);
 /* makes @loop's channel and fd set; undoes it. */
 int rig__events_open(struct rig_loop *loop);
@@ -579,8 +580,10 @@ void rig__events_take(struct rig_loop *loop);
 /* the same with the loop's lock held; the caller tells the watcher done. */
 void rig__events_take_locked(struct rig_loop *loop);
 /* reads @loop's rdma_cm events and expired timer, for its cm consumer,
- * within a time budget; true if events remain. */
-bool rig__events_take_cm(struct rig_loop *loop);
+ * within a time budget; true if events remain. @sources (RIG__SOURCE_*):
+ * which of the channel and the timer may be readable, the others are
+ * not read. */
+bool rig__events_take_cm(struct rig_loop *loop, unsigned sources);
 /* reads @loop's rdma_cm events for a wait: notes them, takes no step. */
 void rig__events_note_cm(struct rig_loop *loop);
 /* reads the NIC's async events and fails their queue pairs; a NIC found
@@ -637,6 +640,9 @@ struct rig__route {
 	/* The route's own MTU (enum ibv_mtu), from rdma_cm: its netdev's,
 	 * which may be smaller than the port's (a VLAN's); 0: none given. */
 	uint8_t path_mtu;
+	/* The port's active MTU as the connection read it for its own
+	 * endpoint (enum ibv_mtu); 0: read it now. */
+	uint8_t port_mtu;
 	char peer[64];			/* rdma_cm's peer address and port */
 };
 int rig__qp_connect(struct rig_qp *qp, const struct rig_endpoint *peer,

@@ -680,8 +680,9 @@ RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, i
 			return ret;
 	}
 	/* rdma_cm events, and those a wait read and kept for the loop. */
-	if ((sources & RIG__SOURCE_CM) || __atomic_load_n(&loop->cm_owed, __ATOMIC_ACQUIRE))
-		backlog = rig__events_take_cm(loop);
+	if ((sources & (RIG__SOURCE_CM | RIG__SOURCE_TIMER)) ||
+	    __atomic_load_n(&loop->cm_owed, __ATOMIC_ACQUIRE))
+		backlog = rig__events_take_cm(loop, sources);
 	pthread_mutex_lock(&loop->lock);
 	if (sources & RIG__SOURCE_CHANNEL)
 		rig__events_take_locked(loop);
@@ -712,16 +713,26 @@ RIG_EXPORT int rig_loop_handle(struct rig_loop *loop, struct rig_ready *ready, i
 		if (n->handed)
 			n->handed(n);
 	}
-	on_done(loop->watcher);
 	/* News or rdma_cm events left for later, or handshake messages
 	 * owed for news just handed out (conn.c): a fresh wakeup brings the
 	 * application's poll back for them (a multishot poll fires on
 	 * wakeups, not on a level), so it may return to its other I/O
-	 * instead of calling again at once. */
+	 * instead of calling again at once. The eventfd is then not read
+	 * first (on_done would, the list being empty): the write wakes the
+	 * poll whatever its count, and the count is read once nothing waits.
+	 * Otherwise as before, checked again after on_done: another thread
+	 * may set cm_owed meanwhile (rig__loop_wake), and find the eventfd
+	 * still signalled, so write nothing. */
 	if (backlog || loop->news.next != &loop->news ||
 	    __atomic_load_n(&loop->cm_owed, __ATOMIC_ACQUIRE)) {
 		eventfd_write(loop->ready_efd, 1);
 		loop->ready_signalled = true;
+	} else {
+		on_done(loop->watcher);
+		if (__atomic_load_n(&loop->cm_owed, __ATOMIC_ACQUIRE)) {
+			eventfd_write(loop->ready_efd, 1);
+			loop->ready_signalled = true;
+		}
 	}
 	RIG_PROBE(loop_handout, loop->id, i, (int)(backlog || loop->news.next != &loop->news));
 	pthread_mutex_unlock(&loop->lock);

@@ -395,9 +395,14 @@ int rig__qp_connect(struct rig_qp *pub, const struct rig_endpoint *peer,
 	if (peer->qp > RIG_24BITS || peer->psn > RIG_24BITS)
 		return rig__fail(EINVAL, "rig_qp_connect: peer qp %#x or psn %#x over 24 bits",
 				 peer->qp, peer->psn);
-	ret = ibv_query_port(nic->ctx, nic->port, &pattr);
-	if (ret)
-		return rig__fail_verbs(ret, nic, "ibv_query_port");
+	/* A connection by address read it for its endpoint already. */
+	if (route && route->port_mtu) {
+		pattr.active_mtu = (enum ibv_mtu)route->port_mtu;
+	} else {
+		ret = ibv_query_port(nic->ctx, nic->port, &pattr);
+		if (ret)
+			return rig__fail_verbs(ret, nic, "ibv_query_port");
+	}
 	local = !qp->far && may_be_local && peer_is_own(nic, peer);
 	qp->peer_known = true;
 	qp->peer_qpn = peer->qp;

@@ -182,6 +182,29 @@ uint8_t route_mtu(const struct conn *c, enum ibv_mtu active)
 	return mtu_min(mtu, c->path_mtu);
 }
 
+/*
+ * Our port's active MTU (enum ibv_mtu) for connection @c, read once: the
+ * MTU its endpoint gives the peer (rig2) and the one its queue pair takes
+ * (rig__route.port_mtu) are then one reading, and a connection costs one
+ * ibv_query_port (a system call) a side, not two. Not kept for the NIC:
+ * a port's MTU follows its netdev's at once (rxe), with no event.
+ */
+int route_port_mtu(struct conn *c, uint8_t *mtu)
+{
+	struct rig_nic *nic = c->loop->nic;
+	struct ibv_port_attr pattr;
+	int ret;
+
+	if (!c->port_mtu) {
+		ret = ibv_query_port(nic->ctx, nic->port, &pattr);
+		if (ret)
+			return rig__fail_verbs(ret, nic, "ibv_query_port");
+		c->port_mtu = (uint8_t)pattr.active_mtu;
+	}
+	*mtu = c->port_mtu;
+	return 0;
+}
+
 /* The MTU (enum ibv_mtu) of netdev @ifindex, less RoCE v2's headers and
  * trailer (rdma_cm's own sum: GRH, UDP, BTH, the longest extended header,
  * ICRC: 96 bytes); 0 when it cannot be read. */
@@ -216,8 +239,12 @@ int route_resolved(struct conn *c, struct rig__route *r)
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_RTR };
 	struct rig_nic *nic = c->loop->nic;
 	struct ibv_gid_entry gid;
-	int mask = 0;
+	uint8_t port_mtu;
+	int mask = 0, ret;
 
+	ret = route_port_mtu(c, &port_mtu);
+	if (ret)
+		return ret;
 	if (rdma_init_qp_attr(c->id, &attr, &mask))
 		return rig__fail(errno, "%s: rdma_init_qp_attr: %s", step_name(c),
 				 strerror(errno));
@@ -242,7 +269,8 @@ int route_resolved(struct conn *c, struct rig__route *r)
 				  .hop_limit = attr.ah_attr.grh.hop_limit,
 				  .flow_label = attr.ah_attr.grh.flow_label,
 				  .peer_mtu = c->peer_mtu,
-				  .path_mtu = c->path_mtu };
+				  .path_mtu = c->path_mtu,
+				  .port_mtu = port_mtu };
 	peer_name(c->id, r->peer, sizeof(r->peer));
 	return 0;
 }
