@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "t_device.h"
+#include "t_grant_all.h"
 
 #if T_ASAN
 /*
@@ -408,31 +409,6 @@ Test(access, M4_another_handle_of_the_device_reads_nothing)
 	cr_assert_eq(rig_qp_room(b, RIG_SEND), RIG_RING_ENTRIES);
 	cr_assert_eq(rig_nic_close(n1), 0, "%s", rig_errmsg());
 	cr_assert_eq(rig_nic_close(n2), 0, "%s", rig_errmsg());
-}
-
-/*
- * While set, every ibv_modify_qp of this process does what the kernel's
- * bnxt_re before Linux 6.13 does (bnxt_re_modify_qp, "Temp: Set all
- * params on QP as of now"): remote read and write ORed into the access of
- * a modify that carries IBV_QP_ACCESS_FLAGS; and what some firmware
- * does, serve reads at a responder depth of 0: max_dest_rd_atomic 0
- * becomes 1.
- */
-static bool grant_all;
-
-int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
-{
-	__typeof__(&ibv_modify_qp) real = T_NEXT(ibv_modify_qp);
-	struct ibv_qp_attr a;
-
-	if (!__atomic_load_n(&grant_all, __ATOMIC_RELAXED))
-		return real(qp, attr, mask);
-	a = *attr;
-	if (mask & IBV_QP_ACCESS_FLAGS)
-		a.qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
-	if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && !a.max_dest_rd_atomic)
-		a.max_dest_rd_atomic = 1;
-	return real(qp, &a, mask);
 }
 
 /*

@@ -32,6 +32,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "t_device.h"
+#include "t_grant_all.h"
 
 #define BIG (1u << 20)		/* the largest message of the tests */
 #define RAW_LEN 8192		/* the raw peer's buffer */
@@ -1442,30 +1443,6 @@ Test(by_address, M3_a_dialers_vlan_of_1500_under_ports_of_9000_takes_path_mtu_10
 
 /* ---- M4 on a NIC that grants every queue pair remote access ------------ */
 
-/*
- * The kernel's bnxt_re before Linux 6.13 ORs remote read and write into
- * the access of every modify that carries IBV_QP_ACCESS_FLAGS
- * (bnxt_re_modify_qp, "Temp: Set all params on QP as of now"), and some
- * firmware serves reads at a responder depth of 0. While grant_all is
- * set, every ibv_modify_qp of this process does the same: the queue pair
- * gets remote read and write, and max_dest_rd_atomic 0 becomes 1.
- */
-static bool grant_all;
-
-int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
-{
-	__typeof__(&ibv_modify_qp) real = T_NEXT(ibv_modify_qp);
-	struct ibv_qp_attr a;
-
-	if (!__atomic_load_n(&grant_all, __ATOMIC_RELAXED))
-		return real(qp, attr, mask);
-	a = *attr;
-	if (mask & IBV_QP_ACCESS_FLAGS)
-		a.qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
-	if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && !a.max_dest_rd_atomic)
-		a.max_dest_rd_atomic = 1;
-	return real(qp, &a, mask);
-}
 
 enum { PORT_FAR_READER = 18660 };
 
