@@ -1026,22 +1026,20 @@ Test(cm, M4_L1_zero_length_write_taken_a_write_with_bytes_refused)
 }
 
 /*
- * A dialer of rig 0.2 speaks rig_cm_pack's form alone ("rig1", 34 bytes)
- * and reads the answer with rig_cm_parse, which takes that form only. A
- * listener answers a request in the form it came in: the answer to a
- * "rig1" request is rig_cm_pack's, its endpoint the accepted queue
- * pair's, and the connection comes up (it answered "rig2", which such a
- * dialer refused with -EPROTO). The other way round, a listener that
- * speaks rig1 only, is M4_P3_a_listener_claiming_our_gid_and_qpn_gets_no_access
- * (M3: the endpoints travel in the forms both ends read).
+ * A dialer of an older rig, written with plain librdmacm: it sends
+ * @form ("rig1": rig_cm_pack's 34 bytes; "rig2": rig_cm_pack_mtu's 35)
+ * and reads the answer with that release's parser, which takes its own
+ * form and the older ones only. The answer must be in the request's form,
+ * name the accepted queue pair, and the connection must come up.
  */
-Test(cm, M3_a_rig1_dialer_gets_a_rig1_answer)
+static void older_dialer_gets_its_form(int form, uint16_t port)
 {
 	struct rig_nic *cn = t_nic_open(t_dev());
 	struct rig_nic *sn = t_peer_dev() ? t_nic_open(t_other_dev()) : cn;
 	struct rig_endpoint mine, theirs, accepted_self;
 	struct server s = { NULL, 20000000, -1, NULL };
-	uint8_t priv[RIG_CM_PRIVATE];
+	uint8_t priv[RIG_CM_PRIVATE_MTU], mtu = 0;
+	const char *tag = form == 1 ? "rig1" : "rig2";
 	struct rdma_event_channel *ch;
 	struct rdma_conn_param p;
 	struct rig_qp *offer = t_qp(cn);
@@ -1050,21 +1048,27 @@ Test(cm, M3_a_rig1_dialer_gets_a_rig1_answer)
 	pthread_t t;
 	int ret;
 
-	cr_assert_eq(rig_listen(sn, t_other_ip(), PORT_RIG1_DIALER, &s.l), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_listen(sn, t_other_ip(), port, &s.l), 0, "%s", rig_errmsg());
 	/* rig_accept answers the request, and takes the RTU */
 	cr_assert_eq(pthread_create(&t, NULL, accept_one, &s), 0);
 	rig_qp_endpoint(offer, &mine);
-	rig_cm_pack(&mine, priv);
+	if (form == 1)
+		rig_cm_pack(&mine, priv);
+	else
+		rig_cm_pack_mtu(&mine, IBV_MTU_1024, priv);
 	ch = raw_channel();
-	id = raw_resolve(ch, t_other_ip(), PORT_RIG1_DIALER);
-	t_raw_param(&p, priv, RIG_CM_PRIVATE, mine.qp);
+	id = raw_resolve(ch, t_other_ip(), port);
+	t_raw_param(&p, priv, form == 1 ? RIG_CM_PRIVATE : RIG_CM_PRIVATE_MTU, mine.qp);
 	cr_assert_eq(rdma_connect(id, &p), 0, "rdma_connect: %s", strerror(errno));
 	raw_expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, &rep);
-	cr_assert_eq(memcmp(rep.priv, "rig1", 4), 0, "the answer's tag is %.4s, not rig1",
-		     (const char *)rep.priv);
-	ret = rig_cm_parse(rep.priv, rep.len, &theirs);
-	cr_assert_eq(ret, 0, "rig_cm_parse of the answer (%zu bytes): %d %s", rep.len, ret,
+	cr_assert_eq(memcmp(rep.priv, tag, 4), 0, "the answer's tag is %.4s, not %s",
+		     (const char *)rep.priv, tag);
+	ret = form == 1 ? rig_cm_parse(rep.priv, rep.len, &theirs)
+			: rig_cm_parse_mtu(rep.priv, rep.len, &theirs, &mtu);
+	cr_assert_eq(ret, 0, "parsing the answer (%zu bytes): %d %s", rep.len, ret,
 		     rig_errmsg());
+	if (form == 2)
+		cr_assert(mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096, "MTU code %u", mtu);
 	cr_assert_eq(rdma_establish(id), 0, "rdma_establish: %s", strerror(errno));
 	cr_assert_eq(pthread_join(t, NULL), 0);
 	cr_assert_eq(s.ret, 0, "rig_accept: %d", s.ret);
@@ -1083,6 +1087,21 @@ Test(cm, M3_a_rig1_dialer_gets_a_rig1_answer)
 }
 
 /*
+ * A dialer of rig 0.2 speaks rig_cm_pack's form alone ("rig1", 34 bytes)
+ * and reads the answer with rig_cm_parse, which takes that form only. A
+ * listener answers a request in the form it came in: the answer to a
+ * "rig1" request is rig_cm_pack's, its endpoint the accepted queue
+ * pair's, and the connection comes up (it answered "rig2", which such a
+ * dialer refused with -EPROTO). The other way round, a listener that
+ * speaks rig1 only, is M4_P3_a_listener_claiming_our_gid_and_qpn_gets_no_access
+ * (M3: the endpoints travel in the forms both ends read).
+ */
+Test(cm, M3_a_rig1_dialer_gets_a_rig1_answer)
+{
+	older_dialer_gets_its_form(1, PORT_RIG1_DIALER);
+}
+
+/*
  * M3, L1: a dialer of rig 0.3, or a peer written from rig-wire(7) before
  * "rig3", sends "rig2" (35 bytes) and reads the answer with
  * rig_cm_parse_mtu, which takes "rig1" and "rig2" only: a listener of
@@ -1091,49 +1110,7 @@ Test(cm, M3_a_rig1_dialer_gets_a_rig1_answer)
  */
 Test(cm, M3_a_rig2_dialer_gets_a_rig2_answer)
 {
-	struct rig_nic *cn = t_nic_open(t_dev());
-	struct rig_nic *sn = t_peer_dev() ? t_nic_open(t_other_dev()) : cn;
-	struct rig_endpoint mine, theirs, accepted_self;
-	struct server s = { NULL, 20000000, -1, NULL };
-	uint8_t priv[RIG_CM_PRIVATE_MTU], mtu = 0;
-	struct rdma_event_channel *ch;
-	struct rdma_conn_param p;
-	struct rig_qp *offer = t_qp(cn);
-	struct rdma_cm_id *id;
-	struct raw_ev rep;
-	pthread_t t;
-	int ret;
-
-	cr_assert_eq(rig_listen(sn, t_other_ip(), PORT_RIG2_DIALER, &s.l), 0, "%s", rig_errmsg());
-	cr_assert_eq(pthread_create(&t, NULL, accept_one, &s), 0);
-	rig_qp_endpoint(offer, &mine);
-	rig_cm_pack_mtu(&mine, IBV_MTU_1024, priv);
-	ch = raw_channel();
-	id = raw_resolve(ch, t_other_ip(), PORT_RIG2_DIALER);
-	t_raw_param(&p, priv, RIG_CM_PRIVATE_MTU, mine.qp);
-	cr_assert_eq(rdma_connect(id, &p), 0, "rdma_connect: %s", strerror(errno));
-	raw_expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, &rep);
-	cr_assert_eq(memcmp(rep.priv, "rig2", 4), 0, "the answer's tag is %.4s, not rig2",
-		     (const char *)rep.priv);
-	ret = rig_cm_parse_mtu(rep.priv, rep.len, &theirs, &mtu);
-	cr_assert_eq(ret, 0, "rig_cm_parse_mtu of the answer (%zu bytes): %d %s", rep.len, ret,
-		     rig_errmsg());
-	cr_assert(mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096, "MTU code %u", mtu);
-	cr_assert_eq(rdma_establish(id), 0, "rdma_establish: %s", strerror(errno));
-	cr_assert_eq(pthread_join(t, NULL), 0);
-	cr_assert_eq(s.ret, 0, "rig_accept: %d", s.ret);
-	rig_qp_endpoint(s.qp, &accepted_self);
-	cr_assert_eq(theirs.qp, accepted_self.qp, "the answer names queue pair %#x, not the "
-		     "accepted %#x", theirs.qp, accepted_self.qp);
-
-	cr_assert_eq(rig_qp_destroy(s.qp), 0, "%s", rig_errmsg());
-	cr_assert_eq(rig_listener_close(s.l), 0, "%s", rig_errmsg());
-	rdma_destroy_id(id);
-	rdma_destroy_event_channel(ch);
-	cr_assert_eq(rig_qp_destroy(offer), 0);
-	if (sn != cn)
-		cr_assert_eq(rig_nic_close(sn), 0, "%s", rig_errmsg());
-	cr_assert_eq(rig_nic_close(cn), 0, "%s", rig_errmsg());
+	older_dialer_gets_its_form(2, PORT_RIG2_DIALER);
 }
 
 /*
