@@ -227,6 +227,33 @@ void t_buf(struct t_buf *b, struct rig_nic *nic, size_t len, unsigned seed)
 	cr_assert_eq(ret, 0, "rig_region_register: %d %s", ret, rig_errmsg());
 }
 
+void t_raw_qp_open(struct t_raw_qp *r, struct ibv_context *verbs, void *buf, size_t len,
+		   int access)
+{
+	struct ibv_qp_init_attr ia = { 0 };
+
+	r->pd = ibv_alloc_pd(verbs);
+	r->cq = ibv_create_cq(verbs, 8, NULL, NULL, 0);
+	cr_assert(r->pd && r->cq, "ibv_alloc_pd, ibv_create_cq: %s", strerror(errno));
+	ia.send_cq = ia.recv_cq = r->cq;
+	ia.cap.max_send_wr = ia.cap.max_recv_wr = 4;
+	ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+	ia.qp_type = IBV_QPT_RC;
+	ia.sq_sig_all = 1;
+	r->qp = ibv_create_qp(r->pd, &ia);
+	cr_assert_not_null(r->qp, "ibv_create_qp: %s", strerror(errno));
+	r->mr = ibv_reg_mr(r->pd, buf, len, access);
+	cr_assert_not_null(r->mr, "ibv_reg_mr: %s", strerror(errno));
+}
+
+void t_raw_qp_close(struct t_raw_qp *r)
+{
+	ibv_destroy_qp(r->qp);
+	ibv_dereg_mr(r->mr);
+	ibv_destroy_cq(r->cq);
+	ibv_dealloc_pd(r->pd);
+}
+
 void t_raw_connect(struct ibv_qp *qp, int sgid_index, enum ibv_mtu mtu,
 		   uint32_t psn, uint32_t peer_qpn, uint32_t peer_psn,
 		   const uint8_t peer_gid[16])

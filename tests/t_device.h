@@ -81,6 +81,20 @@ struct rig_completion t_take(struct rig_qp *qp, enum rig_side side, int ms);
 void t_exchange(struct rig_qp *from, struct rig_qp *to, struct t_buf *tx,
 		struct t_buf *rx, size_t n);
 
+/* A raw-verbs peer's resources on @verbs (a device rdma_cm resolved): a
+ * protection domain, one CQ of 8 for both queues, an RC queue pair of 4
+ * requests each way whose every send is signalled, and @buf's @len bytes
+ * registered there with @access. t_raw_qp_close gives them back. */
+struct t_raw_qp {
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+};
+void t_raw_qp_open(struct t_raw_qp *r, struct ibv_context *verbs, void *buf, size_t len,
+		   int access);
+void t_raw_qp_close(struct t_raw_qp *r);
+
 /* Takes a raw-verbs RC queue pair RESET->INIT->RTR->RTS towards a peer,
  * as any verbs program would: it may read, write and send, and grants
  * nothing itself. Retry count 6: Soft-RoCE's 7 means forever. */

@@ -935,19 +935,15 @@ Test(cm, M4_L1_zero_length_write_taken_a_write_with_bytes_refused)
 	uint8_t priv[RIG_CM_PRIVATE], before[4096], raw_buf[64];
 	struct rig_endpoint mine = { 0 }, theirs;
 	struct rdma_event_channel *ch;
-	struct ibv_qp_init_attr ia = { 0 };
 	struct ibv_send_wr wr, *bad;
 	struct rdma_conn_param p;
+	struct t_raw_qp raw;
 	struct rig_completion c;
 	struct rdma_cm_id *id;
 	struct ibv_port_attr pa;
 	struct ibv_sge sge;
 	struct t_buf region;
 	union ibv_gid gid;
-	struct ibv_mr *mr;
-	struct ibv_cq *cq;
-	struct ibv_pd *pd;
-	struct ibv_qp *qp;
 	struct ibv_wc wc;
 	pthread_t t;
 
@@ -958,34 +954,23 @@ Test(cm, M4_L1_zero_length_write_taken_a_write_with_bytes_refused)
 	cr_assert_eq(pthread_create(&t, NULL, accept_one, &s), 0);
 	ch = raw_channel();
 	id = raw_resolve(ch, getenv("RIG_TEST_IP"), PORT_RAW_WRITER);
-	pd = ibv_alloc_pd(id->verbs);
-	cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
-	cr_assert(pd && cq);
-	ia.send_cq = ia.recv_cq = cq;
-	ia.cap.max_send_wr = ia.cap.max_recv_wr = 4;
-	ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
-	ia.qp_type = IBV_QPT_RC;
-	ia.sq_sig_all = 1;
-	qp = ibv_create_qp(pd, &ia);
-	cr_assert_not_null(qp, "ibv_create_qp: %s", strerror(errno));
-	mr = ibv_reg_mr(pd, raw_buf, sizeof(raw_buf), IBV_ACCESS_LOCAL_WRITE);
-	cr_assert_not_null(mr);
+	t_raw_qp_open(&raw, id->verbs, raw_buf, sizeof(raw_buf), IBV_ACCESS_LOCAL_WRITE);
 	memset(raw_buf, 0xa5, sizeof(raw_buf));
 	cr_assert_not_null(gi, "no GID index in the environment");
 	cr_assert_eq(ibv_query_gid(id->verbs, 1, atoi(gi), &gid), 0);
 	cr_assert_eq(ibv_query_port(id->verbs, 1, &pa), 0);
-	mine.qp = qp->qp_num;
+	mine.qp = raw.qp->qp_num;
 	mine.psn = 0x1234;
 	memcpy(mine.gid, gid.raw, 16);
 	rig_cm_pack(&mine, priv);
-	t_raw_param(&p, priv, RIG_CM_PRIVATE, qp->qp_num);
+	t_raw_param(&p, priv, RIG_CM_PRIVATE, raw.qp->qp_num);
 	cr_assert_eq(rdma_connect(id, &p), 0, "rdma_connect: %s", strerror(errno));
 	raw_expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, NULL);
 	cr_assert_eq(rdma_establish(id), 0, "rdma_establish: %s", strerror(errno));
 	cr_assert_eq(pthread_join(t, NULL), 0);
 	cr_assert_eq(s.ret, 0, "rig_accept: %d", s.ret);
 	rig_qp_endpoint(s.qp, &theirs);
-	t_raw_connect(qp, atoi(gi), pa.active_mtu, mine.psn, theirs.qp, theirs.psn,
+	t_raw_connect(raw.qp, atoi(gi), pa.active_mtu, mine.psn, theirs.qp, theirs.psn,
 		      theirs.gid);
 	cr_assert_eq(rig_qp_receive(s.qp, region.r, 0, 64), 0);
 
@@ -995,8 +980,8 @@ Test(cm, M4_L1_zero_length_write_taken_a_write_with_bytes_refused)
 	wr.opcode = IBV_WR_RDMA_WRITE;
 	wr.wr.rdma.remote_addr = (uintptr_t)region.r->addr;
 	wr.wr.rdma.rkey = region.r->rkey;
-	cr_assert_eq(ibv_post_send(qp, &wr, &bad), 0);
-	wc = raw_wc_of(cq);
+	cr_assert_eq(ibv_post_send(raw.qp, &wr, &bad), 0);
+	wc = raw_wc_of(raw.cq);
 	cr_assert_eq(wc.status, IBV_WC_SUCCESS, "the zero-length write got %s",
 		     ibv_wc_status_str(wc.status));
 	cr_assert_eq(rig_qp_poll(s.qp, RIG_RECEIVE, &c), 0, "the write completed a receive");
@@ -1004,21 +989,18 @@ Test(cm, M4_L1_zero_length_write_taken_a_write_with_bytes_refused)
 	cr_assert(memcmp(region.mem, before, sizeof(before)) == 0, "the region changed");
 
 	/* 64 bytes with the stolen rkey: the region refuses */
-	sge = (struct ibv_sge){ (uintptr_t)raw_buf, sizeof(raw_buf), mr->lkey };
+	sge = (struct ibv_sge){ (uintptr_t)raw_buf, sizeof(raw_buf), raw.mr->lkey };
 	wr.wr_id = 2;
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
-	cr_assert_eq(ibv_post_send(qp, &wr, &bad), 0);
-	wc = raw_wc_of(cq);
+	cr_assert_eq(ibv_post_send(raw.qp, &wr, &bad), 0);
+	wc = raw_wc_of(raw.cq);
 	cr_assert_eq(wc.status, IBV_WC_REM_ACCESS_ERR, "the 64-byte write got %s (%d)",
 		     ibv_wc_status_str(wc.status), wc.status);
 	cr_assert(memcmp(region.mem, before, sizeof(before)) == 0, "the region changed");
 
 	cr_assert_eq(rig_qp_destroy(s.qp), 0);
-	ibv_destroy_qp(qp);
-	ibv_dereg_mr(mr);
-	ibv_destroy_cq(cq);
-	ibv_dealloc_pd(pd);
+	t_raw_qp_close(&raw);
 	rdma_destroy_id(id);
 	rdma_destroy_event_channel(ch);
 	cr_assert_eq(rig_listener_close(s.l), 0);
@@ -1130,19 +1112,15 @@ Test(cm, M3_L1_a_rig3_dialer_gets_a_rig3_answer_whose_sink_takes_a_byte)
 	struct rig_endpoint mine = { 0 }, theirs, accepted_self;
 	struct rig_cm_sink my_sink, sink = { 0, 0 };
 	struct rdma_event_channel *ch;
-	struct ibv_qp_init_attr ia = { 0 };
 	struct ibv_send_wr wr, *bad;
 	struct rdma_conn_param p;
+	struct t_raw_qp raw;
 	struct rig_completion c;
 	struct rdma_cm_id *id;
 	struct ibv_port_attr pa;
 	struct ibv_sge sge;
 	struct raw_ev rep;
 	union ibv_gid gid;
-	struct ibv_mr *mr;
-	struct ibv_cq *cq;
-	struct ibv_pd *pd;
-	struct ibv_qp *qp;
 	struct ibv_wc wc;
 	pthread_t t;
 	int ret;
@@ -1152,30 +1130,18 @@ Test(cm, M3_L1_a_rig3_dialer_gets_a_rig3_answer_whose_sink_takes_a_byte)
 	cr_assert_eq(pthread_create(&t, NULL, accept_one, &s), 0);
 	ch = raw_channel();
 	id = raw_resolve(ch, getenv("RIG_TEST_IP"), PORT_RIG3_SINK);
-	pd = ibv_alloc_pd(id->verbs);
-	cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
-	cr_assert(pd && cq);
-	ia.send_cq = ia.recv_cq = cq;
-	ia.cap.max_send_wr = ia.cap.max_recv_wr = 4;
-	ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
-	ia.qp_type = IBV_QPT_RC;
-	ia.sq_sig_all = 1;
-	qp = ibv_create_qp(pd, &ia);
-	cr_assert_not_null(qp, "ibv_create_qp: %s", strerror(errno));
 	/* the peer's own sink, and the byte it sends from */
-	mr = ibv_reg_mr(pd, raw_buf, sizeof(raw_buf),
-			IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	cr_assert_not_null(mr);
+	t_raw_qp_open(&raw, id->verbs, raw_buf, sizeof(raw_buf), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	memset(raw_buf, 0xa5, sizeof(raw_buf));
 	cr_assert_not_null(gi, "no GID index in the environment");
 	cr_assert_eq(ibv_query_gid(id->verbs, 1, atoi(gi), &gid), 0);
 	cr_assert_eq(ibv_query_port(id->verbs, 1, &pa), 0);
-	mine.qp = qp->qp_num;
+	mine.qp = raw.qp->qp_num;
 	mine.psn = 0x1234;
 	memcpy(mine.gid, gid.raw, 16);
-	my_sink = (struct rig_cm_sink){ mr->rkey, (uintptr_t)raw_buf };
+	my_sink = (struct rig_cm_sink){ raw.mr->rkey, (uintptr_t)raw_buf };
 	rig_cm_pack_sink(&mine, pa.active_mtu, &my_sink, priv);
-	t_raw_param(&p, priv, RIG_CM_PRIVATE_SINK, qp->qp_num);
+	t_raw_param(&p, priv, RIG_CM_PRIVATE_SINK, raw.qp->qp_num);
 	cr_assert_eq(rdma_connect(id, &p), 0, "rdma_connect: %s", strerror(errno));
 	raw_expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, &rep);
 	cr_assert_eq(memcmp(rep.priv, "rig3", 4), 0, "the answer's tag is %.4s, not rig3",
@@ -1189,11 +1155,11 @@ Test(cm, M3_L1_a_rig3_dialer_gets_a_rig3_answer_whose_sink_takes_a_byte)
 	cr_assert_eq(s.ret, 0, "rig_accept: %d", s.ret);
 	rig_qp_endpoint(s.qp, &accepted_self);
 	cr_assert_eq(theirs.qp, accepted_self.qp);
-	t_raw_connect(qp, atoi(gi), pa.active_mtu, mine.psn, theirs.qp, theirs.psn,
+	t_raw_connect(raw.qp, atoi(gi), pa.active_mtu, mine.psn, theirs.qp, theirs.psn,
 		      theirs.gid);
 
 	/* one byte into the sink, as rig's probes write it: taken */
-	sge = (struct ibv_sge){ (uintptr_t)raw_buf, 1, mr->lkey };
+	sge = (struct ibv_sge){ (uintptr_t)raw_buf, 1, raw.mr->lkey };
 	memset(&wr, 0, sizeof(wr));
 	wr.wr_id = 1;
 	wr.opcode = IBV_WR_RDMA_WRITE;
@@ -1201,8 +1167,8 @@ Test(cm, M3_L1_a_rig3_dialer_gets_a_rig3_answer_whose_sink_takes_a_byte)
 	wr.num_sge = 1;
 	wr.wr.rdma.remote_addr = sink.addr;
 	wr.wr.rdma.rkey = sink.rkey;
-	cr_assert_eq(ibv_post_send(qp, &wr, &bad), 0);
-	wc = raw_wc_of(cq);
+	cr_assert_eq(ibv_post_send(raw.qp, &wr, &bad), 0);
+	wc = raw_wc_of(raw.cq);
 	cr_assert_eq(wc.status, IBV_WC_SUCCESS, "the write into the sink got %s",
 		     ibv_wc_status_str(wc.status));
 	cr_assert_eq(rig_qp_poll(s.qp, RIG_RECEIVE, &c), 0, "the write completed a receive");
@@ -1211,16 +1177,13 @@ Test(cm, M3_L1_a_rig3_dialer_gets_a_rig3_answer_whose_sink_takes_a_byte)
 	/* the same with another key: refused */
 	wr.wr_id = 2;
 	wr.wr.rdma.rkey = sink.rkey ^ 0x5a;
-	cr_assert_eq(ibv_post_send(qp, &wr, &bad), 0);
-	wc = raw_wc_of(cq);
+	cr_assert_eq(ibv_post_send(raw.qp, &wr, &bad), 0);
+	wc = raw_wc_of(raw.cq);
 	cr_assert_eq(wc.status, IBV_WC_REM_ACCESS_ERR, "a write with a wrong key got %s (%d)",
 		     ibv_wc_status_str(wc.status), wc.status);
 
 	cr_assert_eq(rig_qp_destroy(s.qp), 0);
-	ibv_destroy_qp(qp);
-	ibv_dereg_mr(mr);
-	ibv_destroy_cq(cq);
-	ibv_dealloc_pd(pd);
+	t_raw_qp_close(&raw);
 	rdma_destroy_id(id);
 	rdma_destroy_event_channel(ch);
 	cr_assert_eq(rig_listener_close(s.l), 0);

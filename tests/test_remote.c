@@ -1503,19 +1503,15 @@ Test(remote, M4_peer_on_other_host_reads_nothing_when_the_NIC_grants_all)
 	uint8_t priv[RIG_CM_PRIVATE], buf[256];
 	struct rig_endpoint mine = { 0 }, theirs;
 	struct rdma_event_channel *ch;
-	struct ibv_qp_init_attr ia = { 0 };
 	struct ibv_send_wr wr = { 0 }, *bad;
 	struct rdma_conn_param p;
+	struct t_raw_qp raw;
 	struct sockaddr_in sin = { 0 };
 	struct rdma_cm_id *id;
 	struct ibv_port_attr pa;
 	struct ibv_sge sge;
 	struct t_buf region;
 	union ibv_gid gid;
-	struct ibv_mr *mr;
-	struct ibv_cq *cq;
-	struct ibv_pd *pd;
-	struct ibv_qp *qp;
 	struct ibv_wc wc;
 	double end;
 	pthread_t t;
@@ -1544,45 +1540,34 @@ Test(remote, M4_peer_on_other_host_reads_nothing_when_the_NIC_grants_all)
 			 "the client is not on the other host's device");
 	cr_assert_eq(rdma_resolve_route(id, 2000), 0, "%s", strerror(errno));
 	cm_expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL);
-	pd = ibv_alloc_pd(id->verbs);
-	cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
-	cr_assert(pd && cq);
-	ia.send_cq = ia.recv_cq = cq;
-	ia.cap.max_send_wr = ia.cap.max_recv_wr = 4;
-	ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
-	ia.qp_type = IBV_QPT_RC;
-	ia.sq_sig_all = 1;
-	qp = ibv_create_qp(pd, &ia);
-	cr_assert_not_null(qp, "ibv_create_qp: %s", strerror(errno));
 	memset(buf, 0xa5, sizeof(buf));
-	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
-	cr_assert_not_null(mr);
+	t_raw_qp_open(&raw, id->verbs, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
 	cr_assert_eq(ibv_query_gid(id->verbs, 1, atoi(gi), &gid), 0);
 	cr_assert_eq(ibv_query_port(id->verbs, 1, &pa), 0);
-	mine.qp = qp->qp_num;
+	mine.qp = raw.qp->qp_num;
 	mine.psn = RAW_PSN;
 	memcpy(mine.gid, gid.raw, 16);
 	rig_cm_pack(&mine, priv);
-	t_raw_param(&p, priv, RIG_CM_PRIVATE, qp->qp_num);
+	t_raw_param(&p, priv, RIG_CM_PRIVATE, raw.qp->qp_num);
 	cr_assert_eq(rdma_connect(id, &p), 0, "rdma_connect: %s", strerror(errno));
 	cm_expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, NULL);
 	cr_assert_eq(rdma_establish(id), 0, "rdma_establish: %s", strerror(errno));
 	cr_assert_eq(pthread_join(t, NULL), 0);
 	cr_assert_eq(s.ret, 0, "rig_accept: %d %s", s.ret, rig_errmsg());
 	rig_qp_endpoint(s.qp, &theirs);
-	t_raw_connect(qp, atoi(gi), pa.active_mtu, RAW_PSN, theirs.qp, theirs.psn, theirs.gid);
+	t_raw_connect(raw.qp, atoi(gi), pa.active_mtu, RAW_PSN, theirs.qp, theirs.psn, theirs.gid);
 
 	/* The read, with the region's real address and rkey */
-	sge = (struct ibv_sge){ (uintptr_t)buf, sizeof(buf), mr->lkey };
+	sge = (struct ibv_sge){ (uintptr_t)buf, sizeof(buf), raw.mr->lkey };
 	wr.wr_id = 1;
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
 	wr.opcode = IBV_WR_RDMA_READ;
 	wr.wr.rdma.remote_addr = (uintptr_t)region.r->addr;
 	wr.wr.rdma.rkey = region.r->rkey;
-	cr_assert_eq(ibv_post_send(qp, &wr, &bad), 0);
+	cr_assert_eq(ibv_post_send(raw.qp, &wr, &bad), 0);
 	end = t_now_ms() + 10000;
-	while ((n = ibv_poll_cq(cq, 1, &wc)) == 0)
+	while ((n = ibv_poll_cq(raw.cq, 1, &wc)) == 0)
 		cr_assert_lt(t_now_ms(), end, "the read got no completion in 10 s");
 	cr_assert_eq(n, 1);
 	for (i = 0; i < sizeof(buf) && buf[i] == 0xa5; i++)
@@ -1595,10 +1580,7 @@ Test(remote, M4_peer_on_other_host_reads_nothing_when_the_NIC_grants_all)
 
 	__atomic_store_n(&grant_all, false, __ATOMIC_RELAXED);
 	cr_assert_eq(rig_qp_destroy(s.qp), 0, "%s", rig_errmsg());
-	ibv_destroy_qp(qp);
-	ibv_dereg_mr(mr);
-	ibv_destroy_cq(cq);
-	ibv_dealloc_pd(pd);
+	t_raw_qp_close(&raw);
 	rdma_destroy_id(id);
 	rdma_destroy_event_channel(ch);
 	cr_assert_eq(rig_listener_close(s.l), 0, "%s", rig_errmsg());
