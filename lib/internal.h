@@ -322,6 +322,11 @@ struct rig_loop {
 	 * by events.c when the timer fires, on the loop's thread, with no
 	 * lock held. */
 	int64_t live_ns, live_next, cm_deadline;
+	/* The passes made, and the queue pairs that joined, each modulo
+	 * the slices of an interval (loop.c, live_tick): a pass's slice is
+	 * live_pass's, under cm_lock; a queue pair's is live_joined's when
+	 * it joined, under live_lock. */
+	unsigned live_pass, live_joined;
 	/* What the timer is set for now (0: disarmed, -1: it fired and
 	 * was read, or was never set), under cm_lock: a deadline that did
 	 * not change costs no system call (events.c). */
@@ -473,6 +478,7 @@ struct rig__qp {
 	 * atomically without them. */
 	bool live;
 	struct rig__list live_link;
+	unsigned live_slice;		/* the pass of the interval it is probed in */
 	bool probe_out, probe_failed;
 	int lost;			/* the pass's finding, for the owner */
 	uint64_t probes;

@@ -265,19 +265,31 @@ static void helper_stop(struct rig_loop *loop)
  * the handshakes' steps (cm_lock) do not wait for a pass over thousands
  * of queue pairs; the owners hear of what it found under both (cm_lock
  * first, as everywhere).
+ *
+ * The interval is cut in LIVE_SLICES passes, and each queue pair is
+ * probed in one of them, its slice (given in turn as queue pairs join):
+ * each is still probed once an interval, and the probes of thousands of
+ * connections go out spread over it, not in one burst. 10,000 probes at
+ * once overflowed the guest's network backlog (1000 packets) on
+ * Soft-RoCE, and the drops outlasted the retries: healthy connections
+ * were declared gone.
  */
+#define LIVE_SLICES 8
+
 static void live_tick(struct rig_loop *loop)
 {
 	int64_t now = rig__now_ns();
 	struct rig__list *l;
 	bool found = false;
+	unsigned slice;
 
 	pthread_mutex_lock(&loop->cm_lock);
 	if (!loop->live_ns || now < loop->live_next) {
 		pthread_mutex_unlock(&loop->cm_lock);
 		return;
 	}
-	loop->live_next = now + loop->live_ns;
+	loop->live_next = now + loop->live_ns / LIVE_SLICES;
+	slice = loop->live_pass++ % LIVE_SLICES;
 	rig__events_timer_update(loop);
 	pthread_mutex_unlock(&loop->cm_lock);
 
@@ -285,7 +297,8 @@ static void live_tick(struct rig_loop *loop)
 	for (l = loop->live.next; l != &loop->live; l = l->next) {
 		struct rig__qp *qp = container_of(l, struct rig__qp, live_link);
 
-		if (__atomic_load_n(&qp->closing, __ATOMIC_ACQUIRE))
+		if (qp->live_slice != slice ||
+		    __atomic_load_n(&qp->closing, __ATOMIC_ACQUIRE))
 			continue;
 		qp->lost = -rig__qp_probe(qp);
 		found |= qp->lost != 0;
@@ -316,11 +329,12 @@ void rig__loop_live_add(struct rig__qp *qp)
 	pthread_mutex_lock(&loop->live_lock);
 	first = loop->live.next == &loop->live;
 	__atomic_store_n(&qp->live, true, __ATOMIC_RELAXED);
+	qp->live_slice = loop->live_joined++ % LIVE_SLICES;
 	rig__list_add(loop->live.prev, &qp->live_link);
 	pthread_mutex_unlock(&loop->live_lock);
 	/* The passes start again with the first queue pair to probe. */
 	if (first && loop->live_ns) {
-		loop->live_next = rig__now_ns() + loop->live_ns;
+		loop->live_next = rig__now_ns() + loop->live_ns / LIVE_SLICES;
 		rig__events_timer_update(loop);
 	}
 }
@@ -355,7 +369,7 @@ RIG_EXPORT __cold int rig_loop_liveness(struct rig_loop *loop, int64_t ms)
 				 (long long)ms, RIG_LIVENESS_MAX_MS);
 	pthread_mutex_lock(&loop->cm_lock);
 	loop->live_ns = ms * 1000000;
-	loop->live_next = rig__now_ns() + loop->live_ns;
+	loop->live_next = rig__now_ns() + loop->live_ns / LIVE_SLICES;
 	rig__events_timer_update(loop);
 	pthread_mutex_unlock(&loop->cm_lock);
 	return 0;
