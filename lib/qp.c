@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 
@@ -106,31 +107,50 @@ static int make_refused(int err, struct rig_nic *nic, const char *step)
  * probe's): the ring keeps its 4095 (Q1), and entries beyond the NIC's
  * depth wait in it (ring.c, rig(7) Q4).
  */
-static int ring_init(struct rig__qp *qp, struct rig__ring *ring, uint32_t depth,
-		     int extra)
+static int ring_init(struct rig__qp *qp, struct rig__ring *ring, struct rig__slot *slot,
+		     uint32_t depth, int extra)
 {
 	struct rig_nic *nic = qp->nic;
 
-	ring->slot = calloc(RIG__SLOTS, sizeof(*ring->slot));
-	if (!ring->slot)
-		return rig__fail(ENOMEM, "rig_qp_make: no memory for a ring");
+	ring->slot = slot;
 	ring->depth = depth;
 	errno = 0;	/* a refusal may set none (make_refused) */
 	ring->cq = ibv_create_cq(nic->ctx, (int)depth + extra, qp, qp->loop->channel,
 				 qp->loop->comp_vector);
-	if (!ring->cq) {
-		int err = errno;
-
-		free(ring->slot);
-		return make_refused(err, nic, "ibv_create_cq");
-	}
+	if (!ring->cq)
+		return make_refused(errno, nic, "ibv_create_cq");
 	return 0;
+}
+
+/*
+ * Both rings' slot arrays, 2 x 4096 x 16 bytes, in one anonymous mapping
+ * of their own rather than from malloc: the kernel gives a page of it
+ * only when a post first writes there, so an idle queue pair, or one
+ * whose rings have not wrapped, holds a page or two of the 128 KiB, not
+ * all of it (calloc() clears, and so makes resident, all but the part of
+ * the heap it has just grown), and a destroyed one gives it all back.
+ * One mapping, not two: a process has vm.max_map_count mappings (65530
+ * by default), and on Soft-RoCE each queue pair maps four queues already.
+ */
+#define RIG_SLOTS_BYTES (2 * RIG__SLOTS * sizeof(struct rig__slot))
+
+static struct rig__slot *slots_map(void)
+{
+	void *p = mmap(NULL, RIG_SLOTS_BYTES, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* The send ring's slots start the mapping. */
+static void slots_unmap(struct rig__qp *qp)
+{
+	munmap(qp->pub.ring[RIG_SEND].slot, RIG_SLOTS_BYTES);
 }
 
 static void ring_fini(struct rig__ring *ring)
 {
 	ibv_destroy_cq(ring->cq);
-	free(ring->slot);
 }
 
 static uint32_t random_psn(void)
@@ -191,6 +211,7 @@ static struct ibv_qp *create_qp(struct rig_nic *nic, struct ibv_pd *pd,
 int rig__qp_make(struct rig_loop *loop, bool far, struct rig_qp **out)
 {
 	struct ibv_qp_init_attr attr = { 0 };
+	struct rig__slot *slots;
 	struct rig_nic *nic;
 	struct rig__qp *qp;
 	uint32_t depth;
@@ -206,10 +227,15 @@ int rig__qp_make(struct rig_loop *loop, bool far, struct rig_qp **out)
 	qp->nic = nic;
 	qp->loop = loop;
 	rig__list_init(&qp->live_link);
-	ret = ring_init(qp, &qp->pub.ring[RIG_SEND], depth, RIG_PROBES_OUT);
-	if (ret)
+	slots = slots_map();
+	if (!slots) {
+		ret = rig__fail(ENOMEM, "rig_qp_make: no memory for a ring");
 		goto out_free;
-	ret = ring_init(qp, &qp->pub.ring[RIG_RECEIVE], depth, 0);
+	}
+	ret = ring_init(qp, &qp->pub.ring[RIG_SEND], slots, depth, RIG_PROBES_OUT);
+	if (ret)
+		goto out_slots;
+	ret = ring_init(qp, &qp->pub.ring[RIG_RECEIVE], slots + RIG__SLOTS, depth, 0);
 	if (ret)
 		goto out_send_ring;
 
@@ -262,6 +288,8 @@ out_receive_ring:
 	ring_fini(&qp->pub.ring[RIG_RECEIVE]);
 out_send_ring:
 	ring_fini(&qp->pub.ring[RIG_SEND]);
+out_slots:
+	munmap(slots, RIG_SLOTS_BYTES);
 out_free:
 	free(qp);
 	return ret;
@@ -507,10 +535,12 @@ RIG_EXPORT __cold int rig_qp_connect(struct rig_qp *pub,
 	return rig__qp_connect(pub, peer, true, NULL);
 }
 
+/* The CQs, and the slots of the rings they fill. */
 static void destroy_cqs(struct rig__qp *qp)
 {
 	ring_fini(&qp->pub.ring[RIG_SEND]);
 	ring_fini(&qp->pub.ring[RIG_RECEIVE]);
+	slots_unmap(qp);
 }
 
 /* Destroys what the NIC holds for @qp; no lock of its NIC or loop may
