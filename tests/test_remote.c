@@ -1443,7 +1443,6 @@ Test(by_address, M3_a_dialers_vlan_of_1500_under_ports_of_9000_takes_path_mtu_10
 
 /* ---- M4 on a NIC that grants every queue pair remote access ------------ */
 
-
 enum { PORT_FAR_READER = 18660 };
 
 /* The next rdma_cm event of @ch, of type @want, within 10 s; acked, its
@@ -1471,22 +1470,8 @@ static void cm_expect(struct rdma_event_channel *ch, enum rdma_cm_event_type wan
 		     rdma_event_str(want));
 }
 
-struct far_server {
-	struct rig_listener *l;
-	int ret;
-	struct rig_qp *qp;
-};
-
-static void *far_accept(void *arg)
-{
-	struct far_server *s = arg;
-
-	s->ret = rig_accept(s->l, 10000000, &s->qp);
-	return NULL;
-}
-
 /*
- * M4 whatever access the NIC grants a queue pair (issue 37, B1): with
+ * M4 whatever access the NIC grants a queue pair: with
  * every queue pair of this process granted remote read and write and a
  * responder depth of 1, as bnxt_re before Linux 6.13 does, a raw-verbs
  * client on the other host connects by address (rdma_cm, a rig endpoint
@@ -1498,7 +1483,7 @@ static void *far_accept(void *arg)
  */
 Test(remote, M4_peer_on_other_host_reads_nothing_when_the_NIC_grants_all)
 {
-	struct far_server s = { NULL, -1, NULL };
+	struct acceptor s = { NULL, -1, NULL };
 	const char *gi = getenv("RIG_TEST_PEER_GID_INDEX");
 	uint8_t priv[RIG_CM_PRIVATE], buf[256];
 	struct rig_endpoint mine = { 0 }, theirs;
@@ -1523,7 +1508,7 @@ Test(remote, M4_peer_on_other_host_reads_nothing_when_the_NIC_grants_all)
 	t_buf(&region, nic_a, sizeof(buf), 91);
 	cr_assert_eq(rig_listen(nic_a, getenv("RIG_TEST_IP"), PORT_FAR_READER, &s.l), 0, "%s",
 		     rig_errmsg());
-	cr_assert_eq(pthread_create(&t, NULL, far_accept, &s), 0);
+	cr_assert_eq(pthread_create(&t, NULL, accept_one, &s), 0);
 
 	/* The client: an id routed from the other host's address */
 	ch = rdma_create_event_channel();
