@@ -33,6 +33,7 @@
 
 #include "t_device.h"
 #include "t_grant_all.h"
+#include "t_raw_cm.h"
 
 #define BIG (1u << 20)		/* the largest message of the tests */
 #define RAW_LEN 8192		/* the raw peer's buffer */
@@ -1445,31 +1446,6 @@ Test(by_address, M3_a_dialers_vlan_of_1500_under_ports_of_9000_takes_path_mtu_10
 
 enum { PORT_FAR_READER = 18660 };
 
-/* The next rdma_cm event of @ch, of type @want, within 10 s; acked, its
- * private data copied into @priv (RIG_CM_PRIVATE bytes at most). */
-static void cm_expect(struct rdma_event_channel *ch, enum rdma_cm_event_type want,
-		      uint8_t *priv)
-{
-	struct pollfd pfd = { ch->fd, POLLIN, 0 };
-	double end = t_now_ms() + 10000;
-	struct rdma_cm_event *ev;
-	enum rdma_cm_event_type got;
-
-	while (rdma_get_cm_event(ch, &ev)) {
-		cr_assert_eq(errno, EAGAIN, "rdma_get_cm_event: %s", strerror(errno));
-		cr_assert_lt(t_now_ms(), end, "no rdma_cm event in 10 s");
-		poll(&pfd, 1, 100);
-	}
-	got = ev->event;
-	if (priv && ev->param.conn.private_data)
-		memcpy(priv, ev->param.conn.private_data,
-		       ev->param.conn.private_data_len < RIG_CM_PRIVATE
-			       ? ev->param.conn.private_data_len : RIG_CM_PRIVATE);
-	rdma_ack_cm_event(ev);
-	cr_assert_eq(got, want, "rdma_cm event %s, not %s", rdma_event_str(got),
-		     rdma_event_str(want));
-}
-
 /*
  * M4 whatever access the NIC grants a queue pair: with
  * every queue pair of this process granted remote read and write and a
@@ -1491,7 +1467,6 @@ Test(remote, M4_peer_on_other_host_reads_nothing_when_the_NIC_grants_all)
 	struct ibv_send_wr wr = { 0 }, *bad;
 	struct rdma_conn_param p;
 	struct t_raw_qp raw;
-	struct sockaddr_in sin = { 0 };
 	struct rdma_cm_id *id;
 	struct ibv_port_attr pa;
 	struct ibv_sge sge;
@@ -1511,20 +1486,10 @@ Test(remote, M4_peer_on_other_host_reads_nothing_when_the_NIC_grants_all)
 	cr_assert_eq(pthread_create(&t, NULL, accept_one, &s), 0);
 
 	/* The client: an id routed from the other host's address */
-	ch = rdma_create_event_channel();
-	cr_assert_not_null(ch, "rdma_create_event_channel: %s", strerror(errno));
-	cr_assert_eq(fcntl(ch->fd, F_SETFL, O_NONBLOCK), 0);
-	sin.sin_family = AF_INET;
-	sin.sin_port = htons(PORT_FAR_READER);
-	cr_assert_eq(inet_pton(AF_INET, getenv("RIG_TEST_IP"), &sin.sin_addr), 1);
-	cr_assert_eq(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0, "%s", strerror(errno));
-	cr_assert_eq(rdma_resolve_addr(id, NULL, (struct sockaddr *)&sin, 2000), 0, "%s",
-		     strerror(errno));
-	cm_expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, NULL);
+	ch = raw_channel();
+	id = raw_resolve(ch, getenv("RIG_TEST_IP"), PORT_FAR_READER);
 	cr_assert_str_eq(ibv_get_device_name(id->verbs->device), t_peer_dev(),
 			 "the client is not on the other host's device");
-	cr_assert_eq(rdma_resolve_route(id, 2000), 0, "%s", strerror(errno));
-	cm_expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL);
 	memset(buf, 0xa5, sizeof(buf));
 	t_raw_qp_open(&raw, id->verbs, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
 	cr_assert_eq(ibv_query_gid(id->verbs, 1, atoi(gi), &gid), 0);
@@ -1535,7 +1500,7 @@ Test(remote, M4_peer_on_other_host_reads_nothing_when_the_NIC_grants_all)
 	rig_cm_pack(&mine, priv);
 	t_raw_param(&p, priv, RIG_CM_PRIVATE, raw.qp->qp_num);
 	cr_assert_eq(rdma_connect(id, &p), 0, "rdma_connect: %s", strerror(errno));
-	cm_expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, NULL);
+	raw_expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, NULL);
 	cr_assert_eq(rdma_establish(id), 0, "rdma_establish: %s", strerror(errno));
 	cr_assert_eq(pthread_join(t, NULL), 0);
 	cr_assert_eq(s.ret, 0, "rig_accept: %d %s", s.ret, rig_errmsg());
