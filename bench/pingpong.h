@@ -47,8 +47,10 @@
  *	(times in usec of half a round trip; cpu_* as a fraction of one CPU,
  *	cpu_us_* as CPU usec per round trip).
  *
- *   icount -n ITERS -w WARMUP
- *	one process, two connected queue pairs A and B on the device. Each
+ *   icount -n ITERS -w WARMUP [-r RECEIVES]
+ *	one process, two connected queue pairs A and B on the device. -r:
+ *	B keeps RECEIVES more receives posted (beyond a shallow NIC's depth,
+ *	RIG_QP_DEPTH, they wait in the ring: rig(7) Q4). Each
  *	iteration is bench_post() (B posts a receive, A sends 64 bytes),
  *	an uncounted sleep until the completions are surely there, then
  *	bench_take() (one poll takes A's send completion, one B's receive
@@ -63,7 +65,7 @@
  *	empty_polls counts polls that found nothing (they would add to the
  *	count; the sleep makes them 0 in practice).
  *
- *   empty -n ITERS -w WARMUP
+ *   empty -n ITERS -w WARMUP [-r RECEIVES]
  *	the same two queue pairs; B posts one receive that nothing will
  *	fill, and each of ITERS calls of bench_empty() polls B's receive
  *	ring once and finds nothing: what a thread spinning on a quiet ring
@@ -157,6 +159,7 @@ struct bench_opts {
 	size_t size;
 	unsigned int iters, warmup;
 	int sleep, pin, icount;
+	unsigned int backlog;	/* icount, empty: receives kept posted on B */
 };
 
 /* ------------------------------------------------------------ ping-pong */
@@ -447,6 +450,15 @@ static int bench_icount(const struct bench_opts *o, int empty_mode)
 		bench_fail("connect", ret);
 		goto out_b;
 	}
+	/* -r: more receives kept posted than a shallow NIC queue holds,
+	 * so that the counts are those of a ring with entries waiting. */
+	for (i = 0; i < o->backlog; i++) {
+		ret = be_post_recv(&b, ICOUNT_SIZE, ICOUNT_SIZE);
+		if (ret) {
+			bench_fail("post receive", ret);
+			goto out_b;
+		}
+	}
 	if (empty_mode) {
 		status = bench_empty_polls(o, &b);
 		goto out_b;
@@ -488,7 +500,7 @@ static void bench_usage(const char *argv0)
 {
 	fprintf(stderr,
 		"usage: %s -m pingpong|icount|empty [-d DEV] [-g GID_INDEX] [-s SIZE]\n"
-		"          [-n ITERS] [-w WARMUP] [-e] [-P]\n",
+		"          [-n ITERS] [-w WARMUP] [-r RECEIVES] [-e] [-P]\n",
 		argv0);
 }
 
@@ -499,7 +511,7 @@ int main(int argc, char *argv[])
 	const char *mode = "pingpong";
 	int c;
 
-	while ((c = getopt(argc, argv, "m:d:g:s:n:w:eP")) != -1) {
+	while ((c = getopt(argc, argv, "m:d:g:s:n:w:r:eP")) != -1) {
 		switch (c) {
 		case 'm': mode = optarg; break;
 		case 'd': o.dev = optarg; break;
@@ -507,6 +519,7 @@ int main(int argc, char *argv[])
 		case 's': o.size = strtoull(optarg, NULL, 0); break;
 		case 'n': o.iters = (unsigned int)strtoul(optarg, NULL, 0); break;
 		case 'w': o.warmup = (unsigned int)strtoul(optarg, NULL, 0); break;
+		case 'r': o.backlog = (unsigned int)strtoul(optarg, NULL, 0); break;
 		case 'e': o.sleep = 1; break;
 		case 'P': o.pin = 1; break;
 		default: bench_usage(argv[0]); return 2;

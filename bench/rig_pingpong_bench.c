@@ -91,10 +91,29 @@ static int be_qp_connect(struct be_qp *q, const struct bench_ep *peer)
 	return rig_qp_connect(q->qp, &e);
 }
 
+/* BENCH_STATS=1: each queue pair's backlog counters on stderr, at the
+ * end (rig(7) Q4: what waited beyond the NIC's depth, how often its
+ * queue was found empty). */
+static void be_qp_stats(struct be_qp *q)
+{
+	struct rig_qp_stats s[2] = { { .size = sizeof(s[0]) }, { .size = sizeof(s[1]) } };
+
+	if (!getenv("BENCH_STATS") || rig_qp_stats(q->qp, RIG_SEND, &s[0]) ||
+	    rig_qp_stats(q->qp, RIG_RECEIVE, &s[1]))
+		return;
+	fprintf(stderr, "rig: send posted %u waited %llu ran_dry %llu; "
+		"receive posted %u waited %llu ran_dry %llu\n",
+		s[0].posted, (unsigned long long)s[0].waited,
+		(unsigned long long)s[0].ran_dry, s[1].posted,
+		(unsigned long long)s[1].waited, (unsigned long long)s[1].ran_dry);
+}
+
 static void be_qp_destroy(struct be_qp *q)
 {
-	if (q->qp)
+	if (q->qp) {
+		be_qp_stats(q);
 		rig_qp_destroy(q->qp);
+	}
 	if (q->region)
 		rig_region_deregister(q->region);
 }

@@ -352,15 +352,17 @@ enum rig__qp_state { RIG__RESET, RIG__HALF_CONNECTED, RIG__CONNECTED,
 		     RIG__DESTROYED };
 
 /* Bits of rig_qp.broken: anything nonzero sends posts and polls to the
- * slow paths. */
+ * slow paths; RIG__WAITING(side) (rig/qp.h: bits 5 and 6), those of its
+ * own ring only: entries may wait in that ring beyond the NIC's depth
+ * (ring.c), set and cleared by the owner. Bit 4 was rig 0.4's one bit
+ * for both rings; it is never set. */
 enum {
 	RIG__UNCONNECTED = 1 << 0,
 	RIG__FAILED = 1 << 1,	/* the failure record below is set */
 	RIG__EVENT = 1 << 2,	/* an async event failed it: apply in poll */
 	RIG__CLOSED = 1 << 3,	/* rig_qp_close: posts and polls are -EINVAL */
-	RIG__BACKLOG = 1 << 4,	/* entries may wait in a ring beyond the NIC's
-				 * depth (ring.c): set and cleared by the owner */
 };
+#define RIG__WAITING_ANY (RIG__WAITING(RIG_SEND) | RIG__WAITING(RIG_RECEIVE))
 
 /* What the NIC needs of an entry that waits in its ring beyond the NIC's
  * depth (rig(7) Q4), by sequence number & RIG__MASK; its length and
@@ -489,15 +491,21 @@ struct rig__qp {
 	uint32_t probe_rkey;
 	uint64_t probe_addr;
 	/* Rings deeper than the NIC's queues (rig(7) Q4; ring.c), set at
-	 * make when pub.ring[].depth < RIG_RING_ENTRIES. While RIG__BACKLOG
-	 * is set, entries [fed, head) of a ring wait in it, their requests
-	 * in waiting[] (made on first use); every post and poll goes to the
-	 * slow paths, which take feed_lock, as the loop's thread does when
-	 * it moves entries to the NIC (rig__qp_feed). */
+	 * make when pub.ring[].depth < RIG_RING_ENTRIES. While a ring's
+	 * RIG__WAITING bit is set, its entries [fed, head) wait in it,
+	 * their requests in waiting[] (made on first use); its posts and
+	 * polls go to the slow paths, which take feed_lock, as the loop's
+	 * thread does when it moves entries to the NIC (rig__qp_feed). */
 	bool shallow;
 	pthread_mutex_t feed_lock;
 	uint32_t fed[2];
 	struct rig__waiting *waiting[2];
+	/* Bit 1 << side: that ring's CQ was found empty during the slow
+	 * call under way (reset when feed_lock is taken), so a feed that
+	 * finds the NIC's queue full reads it once per call, not once per
+	 * step (post.c, reap_once). Atomic: the loop's thread reads the
+	 * send CQ of an idle ring for a probe's CQE without the lock. */
+	uint32_t drained;
 	/* rig_qp_stats of the backlog, per ring: entries that waited (the
 	 * owner's posts count them), and feeds that found the NIC's queue
 	 * empty with entries waiting (post.c, feed_ring; the loop's thread
@@ -543,21 +551,48 @@ static inline struct ibv_mr *rig__sink_mr(const struct rig__qp *qp)
  * consumers through @qp->rings_failed; later ones do neither. */
 void rig__qp_failed(struct rig__qp *qp, enum rig__cause cause, int error,
 		    const char *why, int wc_status);
-/* ring.c: moves entries waiting in @qp's rings to the NIC as far as its
+/* post.c: moves entries waiting in @qp's rings to the NIC as far as its
  * depth allows (rig(7) Q4); any thread (the loop's, at a hand-out):
  * it takes the queue pair's feed_lock and does nothing unless the owner
  * has left entries waiting. */
 void rig__qp_feed(struct rig__qp *qp);
-/* ring.c: @qp has entries waiting beyond the NIC's depth on ring @side. */
-bool rig__qp_waiting(const struct rig__qp *qp, int side);
-/* ring.c, for post.c (the slow posts above it): whether @qp failed; its
- * backlog (rig(7) Q4), the next entry of @side to go to the NIC and the
- * entries the NIC holds unread; feed_lock, taken when @qp is shallow; a
- * CQE reaped, a ring reaped; the slow poll. */
-int rig__ring_failed(const struct rig__qp *qp);
-bool rig__ring_backlog(const struct rig__qp *qp);
-uint32_t rig__ring_fed(const struct rig__qp *qp, int side);
-uint32_t rig__ring_at_nic(const struct rig__qp *qp, int side);
+/* The ring's counts (ring.c explains them; inline, for the slow paths
+ * of a ring with entries waiting run on every post and poll). Whether
+ * @qp failed: */
+static inline bool rig__ring_failed(const struct rig__qp *qp)
+{
+	return qp->cause != RIG__CAUSE_NONE;
+}
+
+/* Whether entries may wait in ring @side beyond the NIC's depth
+ * (rig(7) Q4), fed[side] then counting what went to the NIC: */
+static inline bool rig__ring_backlog(const struct rig__qp *qp, int side)
+{
+	return __atomic_load_n(&qp->pub.broken, __ATOMIC_ACQUIRE) & RIG__WAITING(side);
+}
+
+/* The next entry of @side to go to the NIC: */
+static inline uint32_t rig__ring_fed(const struct rig__qp *qp, int side)
+{
+	return rig__ring_backlog(qp, side) ? qp->fed[side] : qp->pub.ring[side].head;
+}
+
+/* Entries of @side the NIC holds whose CQEs the library has not read: */
+static inline uint32_t rig__ring_at_nic(const struct rig__qp *qp, int side)
+{
+	const struct rig__ring *ring = &qp->pub.ring[side];
+
+	return rig__ring_fed(qp, side) - ring->tail - ring->ahead;
+}
+
+/* Whether entries of @side wait beyond the NIC's depth: */
+static inline bool rig__qp_waiting(const struct rig__qp *qp, int side)
+{
+	return rig__ring_backlog(qp, side) && qp->fed[side] != qp->pub.ring[side].head;
+}
+
+/* ring.c, for post.c (the slow posts above it): feed_lock, taken when
+ * @qp is shallow; a CQE reaped, a ring reaped; the slow poll. */
 void rig__ring_feed_lock(struct rig__qp *qp);
 void rig__ring_feed_unlock(struct rig__qp *qp);
 void rig__ring_reap_one(struct rig__qp *qp, enum rig_side side, const struct ibv_wc *wc);

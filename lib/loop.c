@@ -653,7 +653,8 @@ static bool probe_news(const struct rig_loop *loop, const struct rig__news *n)
 	r = &qp->pub.ring[RIG_SEND];
 	return __atomic_load_n(&qp->live, __ATOMIC_RELAXED) &&
 	       __atomic_load_n(&loop->live_ns, __ATOMIC_RELAXED) &&
-	       qp->probe_out && r->head == r->tail && !rig__qp_broken(&qp->pub);
+	       qp->probe_out && r->head == r->tail &&
+	       !rig__qp_broken_for(&qp->pub, RIG_SEND);
 }
 
 /*

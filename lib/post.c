@@ -16,30 +16,79 @@
 #include "internal.h"
 #include "probes.h"
 
-static void feed(struct rig__qp *qp);
+/* Who moves waiting entries to the NIC (rig(7) Q4): a post moves them
+ * into the room known; a poll (and a wait, through it) reads the CQs
+ * for room first; the loop's thread reads them too, and leaves what
+ * only the owner may do, a refusal's handling, to the owner. */
+enum feeder { BY_POST, BY_POLL, BY_LOOP };
+
+static void feed(struct rig__qp *qp, enum feeder by);
 static void settle(struct rig__qp *qp);
 
 
+/*
+ * The poll of a queue pair that is healthy but for its entries waiting
+ * (RIG__WAITING bits alone, nothing reaped ahead, no flush seen): one CQ
+ * read, as the inline poll's, of up to 16 CQEs rather than one. Every
+ * CQE the NIC has written is read, so the feed after it knows all the
+ * room there is, and whether the NIC's queue ran dry (rig_qp_stats).
+ * The first CQE, a plain success, is taken as the inline poll takes
+ * it; the others are filed in their slots. Anything else (an error, a
+ * completion of another kind, an empty CQ while the NIC owes the other
+ * ring CQEs, which may hold a failure) goes to the slow poll, as the
+ * inline poll's would.
+ */
+static int poll_backlog(struct rig__qp *qp, enum rig_side side,
+			struct rig_completion *c)
+{
+	struct rig__ring *ring = &qp->pub.ring[side];
+	struct ibv_wc wc[16];
+	int i, n;
+
+	if (ring->tail == ring->head)
+		return 0;
+	n = ibv_poll_cq(ring->cq, 16, wc);
+	if (n >= 0 && n < 16)	/* the feed after need not read it again */
+		__atomic_or_fetch(&qp->drained, 1u << side, __ATOMIC_RELAXED);
+	if (unlikely(n < 1 || wc[0].status != IBV_WC_SUCCESS ||
+		     !rig__wc_kind_ok(side, &wc[0]))) {
+		if (n == 0 && !rig__ring_at_nic(qp, !side))
+			return 0;
+		for (i = 0; i < n; i++)
+			rig__ring_reap_one(qp, side, &wc[i]);
+		return rig__ring_poll_slow(&qp->pub, side, NULL, n < 0 ? n : 0,
+					   n >= 0 && n < 16, c);
+	}
+	c->bytes = side == RIG_RECEIVE ? wc[0].byte_len
+				       : ring->slot[ring->tail & RIG__MASK].len;
+	c->error = 0;
+	c->why = NULL;
+	ring->tail++;
+	for (i = 1; i < n; i++)
+		rig__ring_reap_one(qp, side, &wc[i]);
+	return 1;
+}
+
 /* The slow poll of a queue pair whose rings are deeper than the NIC's
- * queues: the same, under feed_lock, after moving waiting entries of
- * both rings to the NIC (rig(7) Q4). */
+ * queues: the same, under feed_lock, then a move of the waiting entries
+ * of both rings to the NIC (rig(7) Q4). After the poll, not before: the
+ * slot of the entry it took is free, and the CQ it read need not be
+ * read again to find room (a spinning poll reads one CQ, as inline). */
 static int poll_shallow(struct rig_qp *pub, enum rig_side side,
 			const struct ibv_wc *wc, int n, struct rig_completion *c)
 {
 	struct rig__qp *qp = rig__qp(pub);
 	int ret;
 
-	pthread_mutex_lock(&qp->feed_lock);
-	/* The CQE the inline poll took goes first: feeding may read the CQ. */
-	if (n == 1) {
-		rig__ring_reap_one(qp, side, wc);
-		n = 0;
-		wc = NULL;
-	}
-	feed(qp);
-	ret = rig__ring_poll_slow(pub, side, wc, n, wc && n == 0, c);
+	rig__ring_feed_lock(qp);
+	if (!wc && !(rig__qp_broken(pub) & ~RIG__WAITING_ANY) && !pub->ring[side].ahead &&
+	    !qp->flushed)
+		ret = poll_backlog(qp, side, c);
+	else
+		ret = rig__ring_poll_slow(pub, side, wc, n, wc && n == 0, c);
+	feed(qp, BY_POLL);
 	settle(qp);
-	pthread_mutex_unlock(&qp->feed_lock);
+	rig__ring_feed_unlock(qp);
 	return ret;
 }
 
@@ -99,10 +148,10 @@ RIG_EXPORT __cold int rig__qp_post_slow(struct rig_qp *pub, enum rig__op op,
 	qp = rig__qp(pub);
 	if (likely(!qp->shallow))
 		return post_slow(pub, op, src, src_at, dst, dst_at, n);
-	pthread_mutex_lock(&qp->feed_lock);
+	rig__ring_feed_lock(qp);
 	ret = post_slow(pub, op, src, src_at, dst, dst_at, n);
 	settle(qp);
-	pthread_mutex_unlock(&qp->feed_lock);
+	rig__ring_feed_unlock(qp);
 	return ret;
 }
 
@@ -275,9 +324,13 @@ static int post_one(struct rig__qp *qp, enum rig_side side, uint32_t seq,
 /*
  * Posts up to @k waiting entries of @side from fed on, as one chain (one
  * doorbell). Returns how many the NIC took (or count as posted, F5);
- * fewer than @k when it refused the rest for a reason that fails nothing.
+ * fewer than @k when it refused the rest for a reason that fails nothing,
+ * or, on the loop's thread (@by), for any reason: whether a refusal
+ * failed the queue pair is for the owner to find (post_refused_failed
+ * reads both CQs, and the owner may be polling the other ring inline).
  */
-static int post_chain(struct rig__qp *qp, enum rig_side side, int k)
+static int post_chain(struct rig__qp *qp, enum rig_side side, int k,
+		      enum feeder by)
 {
 	struct rig__ring *ring = &qp->pub.ring[side];
 	struct ibv_sge sge[RIG_BATCH_MAX];
@@ -320,7 +373,7 @@ static int post_chain(struct rig__qp *qp, enum rig_side side, int k)
 		ret = ibv_post_send(qp->pub.ibqp, wr, &bad);
 		taken = ret ? chain_taken(qp, wr, sizeof(wr[0]), k, bad, ret) : k;
 	}
-	if (taken < k && post_refused_failed(qp, ret))
+	if (taken < k && by != BY_LOOP && post_refused_failed(qp, ret))
 		taken = k;
 	return taken;
 }
@@ -335,29 +388,59 @@ static bool sealed(const struct rig__qp *qp)
 		(RIG__FAILED | RIG__EVENT | RIG__CLOSED));
 }
 
+/* Reads the CQ of @side, whose completions free the NIC's slots once
+ * read, unless this slow call found it empty already (qp->drained):
+ * the steps of one call read a CQ once. Returns whether it read. */
+static bool reap_once(struct rig__qp *qp, enum rig_side side)
+{
+	if (__atomic_load_n(&qp->drained, __ATOMIC_RELAXED) & (1u << side))
+		return false;
+	rig__ring_reap(qp, side);
+	return true;
+}
+
+/* The fewest receives a feed posts while more wait: a quarter of the
+ * NIC's depth, at least one, at most 16. */
+static uint32_t receive_chain(const struct rig__ring *ring)
+{
+	uint32_t k = ring->depth / 4;
+
+	return k < 1 ? 1 : k > RIG_BATCH_MAX / 4 ? RIG_BATCH_MAX / 4 : k;
+}
+
 /* Moves the entries waiting in ring @side to the NIC, oldest first, as
- * far as its depth allows; feed_lock held. @count_dry: a NIC queue found
- * empty counts as run dry (rig_qp_stats), unless the entries waiting are
- * a batch just posted. */
-static void feed_ring(struct rig__qp *qp, enum rig_side side, bool count_dry)
+ * far as its depth allows; feed_lock held. When the NIC's queue is
+ * full, the CQ is read for room unless @by is a post (which reads a CQ
+ * only to decide whether an entry must wait at all: must_wait).
+ * @count_dry: a NIC queue found empty counts as run dry (rig_qp_stats),
+ * unless the entries waiting are a batch just posted. */
+static void feed_ring(struct rig__qp *qp, enum rig_side side, enum feeder by,
+		      bool count_dry)
 {
 	struct rig__ring *ring = &qp->pub.ring[side];
 	uint32_t room, left;
 	int k, taken;
 	bool dry;
 
-	while (qp->fed[side] != ring->head && !sealed(qp)) {
+	if (qp->fed[side] == ring->head || sealed(qp))
+		return;
+	do {
 		room = ring->depth - rig__ring_at_nic(qp, side);
 		if (!room) {
-			/* Completions free the NIC's slots once read. */
-			rig__ring_reap(qp, side);
-			if (sealed(qp))
+			if (by == BY_POST || !reap_once(qp, side) || sealed(qp))
 				break;
 			room = ring->depth - rig__ring_at_nic(qp, side);
 			if (!room)
 				break;
 		}
 		left = ring->head - qp->fed[side];
+		/* Receives go in chains of a quarter of the depth (up to
+		 * RIG_BATCH_MAX / 4): one post of several receives costs
+		 * little more than one, and the NIC keeps three quarters
+		 * of its receives meanwhile (rig(7) Q4). Sends go at once:
+		 * each is a message the peer waits for. */
+		if (side == RIG_RECEIVE && room < left && room < receive_chain(ring))
+			break;
 		k = (int)(room < left ? room : left);
 		if (k > RIG_BATCH_MAX)
 			k = RIG_BATCH_MAX;
@@ -368,44 +451,49 @@ static void feed_ring(struct rig__qp *qp, enum rig_side side, bool count_dry)
 		 * once a refill ends it; the CQE is written after the
 		 * entry left the NIC, so the count holds on any provider. */
 		dry = count_dry && room == ring->depth;
-		taken = post_chain(qp, side, k);
+		taken = post_chain(qp, side, k, by);
 		if (dry && taken)
 			__atomic_add_fetch(&qp->ran_dry[side], 1, __ATOMIC_RELAXED);
 		qp->fed[side] += taken;
-		if (taken < k)
-			break;	/* the provider refused for now: the next feed tries again */
-	}
+		/* The provider refused for now (the next feed tries again),
+		 * or a refusal failed the queue pair. */
+		if (taken < k || sealed(qp))
+			break;
+	} while (qp->fed[side] != ring->head);
 }
 
 /* Moves the waiting entries of both rings; feed_lock held. */
-static void feed(struct rig__qp *qp)
+static void feed(struct rig__qp *qp, enum feeder by)
 {
-	if (!rig__ring_backlog(qp))
-		return;
-	feed_ring(qp, RIG_SEND, true);
-	feed_ring(qp, RIG_RECEIVE, true);
+	if (rig__qp_waiting(qp, RIG_SEND))
+		feed_ring(qp, RIG_SEND, by, true);
+	if (rig__qp_waiting(qp, RIG_RECEIVE))
+		feed_ring(qp, RIG_RECEIVE, by, true);
 }
 
-/* The owner, at the end of a slow path: once nothing waits on either
- * ring, the inline code may post and poll again (feed_lock held). */
+/* The owner, at the end of a slow path: once nothing waits in a ring,
+ * the inline code may post and poll it again (feed_lock held). */
 static void settle(struct rig__qp *qp)
 {
-	if (rig__ring_backlog(qp) && qp->fed[RIG_SEND] == qp->pub.ring[RIG_SEND].head &&
-	    qp->fed[RIG_RECEIVE] == qp->pub.ring[RIG_RECEIVE].head)
-		__atomic_and_fetch(&qp->pub.broken, ~(uint32_t)RIG__BACKLOG, __ATOMIC_RELEASE);
+	int side;
+
+	for (side = RIG_SEND; side <= RIG_RECEIVE; side++)
+		if (rig__ring_backlog(qp, side) && qp->fed[side] == qp->pub.ring[side].head)
+			__atomic_and_fetch(&qp->pub.broken, ~RIG__WAITING(side),
+					   __ATOMIC_RELEASE);
 }
 
 void rig__qp_feed(struct rig__qp *qp)
 {
-	if (!qp->shallow || !rig__ring_backlog(qp))
+	if (!qp->shallow || !(rig__qp_broken(&qp->pub) & RIG__WAITING_ANY))
 		return;
-	pthread_mutex_lock(&qp->feed_lock);
-	feed(qp);
-	pthread_mutex_unlock(&qp->feed_lock);
+	rig__ring_feed_lock(qp);
+	feed(qp, BY_LOOP);
+	rig__ring_feed_unlock(qp);
 }
 
-/* Makes room for @count entries of @side to wait, from head on; sets
- * RIG__BACKLOG with fed at head on both rings if nothing waited yet. */
+/* Makes room for entries of @side to wait, from head on; sets the
+ * ring's RIG__WAITING bit, with fed at head, if nothing waited yet. */
 static int wait_room(struct rig__qp *qp, enum rig_side side)
 {
 	if (!qp->waiting[side]) {
@@ -413,10 +501,9 @@ static int wait_room(struct rig__qp *qp, enum rig_side side)
 		if (!qp->waiting[side])
 			return rig__fail(ENOMEM, "no memory for the entries waiting beyond the NIC's depth");
 	}
-	if (!rig__ring_backlog(qp)) {
-		qp->fed[RIG_SEND] = qp->pub.ring[RIG_SEND].head;
-		qp->fed[RIG_RECEIVE] = qp->pub.ring[RIG_RECEIVE].head;
-		__atomic_or_fetch(&qp->pub.broken, RIG__BACKLOG, __ATOMIC_RELEASE);
+	if (!rig__ring_backlog(qp, side)) {
+		qp->fed[side] = qp->pub.ring[side].head;
+		__atomic_or_fetch(&qp->pub.broken, RIG__WAITING(side), __ATOMIC_RELEASE);
 	}
 	return 0;
 }
@@ -431,14 +518,16 @@ static bool must_wait(struct rig__qp *qp, enum rig_side side, uint32_t count)
 		return true;
 	if (rig__ring_at_nic(qp, side) + count <= ring->depth)
 		return false;
-	rig__ring_reap(qp, side);
+	reap_once(qp, side);
 	return rig__ring_at_nic(qp, side) + count > ring->depth;
 }
 
 /*
  * A post of a queue pair whose rings are deeper than the NIC's queues,
- * once post_slow checked it and found the queue pair healthy. The posts
- * of either ring move the entries waiting first (rig(7) Q4).
+ * once post_slow checked it and found the queue pair healthy: to the NIC
+ * if it has room and nothing waits before the entry, else to the ring's
+ * waiting entries; then the posts of either ring move the entries
+ * waiting, oldest first (rig(7) Q4).
  */
 static int post_shallow(struct rig__qp *qp, enum rig__op op,
 			const struct rig_region *src, size_t src_at,
@@ -460,14 +549,13 @@ static int post_shallow(struct rig__qp *qp, enum rig__op op,
 	}
 	ring->slot[seq & RIG__MASK].len = (uint32_t)n;
 	ring->slot[seq & RIG__MASK].cookie = 0;
-	feed(qp);
 	if (!sealed(qp) && must_wait(qp, side, 1)) {
 		if ((ret = wait_room(qp, side)))
 			return ret;
 		qp->waiting[side][seq & RIG__MASK] = w;
 		qp->waited[side]++;
 		ring->head++;
-		feed(qp);
+		feed(qp, BY_POST);
 		return 0;
 	}
 	/* The queue pair failed meanwhile (found by reading its CQs): F5. */
@@ -480,8 +568,9 @@ static int post_shallow(struct rig__qp *qp, enum rig__op op,
 		return rig__fail_verbs(ret, qp->nic,
 				       side == RIG_RECEIVE ? "ibv_post_recv" : "ibv_post_send");
 	ring->head++;
-	if (rig__ring_backlog(qp))
+	if (rig__ring_backlog(qp, side))
 		qp->fed[side]++;
+	feed(qp, BY_POST);
 	return 0;
 }
 
@@ -562,9 +651,9 @@ static int batch_posted(struct rig_qp *pub, enum rig_side side, const void *wr,
 		taken = count;
 
 	pub->ring[side].head += taken;
-	/* Entries of the other ring wait (rig(7) Q4): these went to the
-	 * NIC, none waits before them, so the next to feed follows them. */
-	if (qp->shallow && rig__ring_backlog(qp))
+	/* The ring's bit is still set, none waiting (rig(7) Q4): these
+	 * went to the NIC, so the next to feed follows them. */
+	if (qp->shallow && rig__ring_backlog(qp, side))
 		qp->fed[side] += taken;
 	if (taken)
 		return taken;
@@ -601,11 +690,10 @@ static int batch_shallow(struct rig_qp *pub, enum rig_side side,
 	ring->head += count;
 	/* A batch over the depth may find the NIC's queue empty: the
 	 * application gave it nothing more, the library held nothing
-	 * back, so it is not counted as run dry. */
-	if (rig__ring_backlog(qp)) {
-		feed_ring(qp, side, false);
-		feed_ring(qp, side == RIG_SEND ? RIG_RECEIVE : RIG_SEND, true);
-	}
+	 * back, so it is not counted as run dry. (The other ring is moved
+	 * after the call: SHALLOW_CALL.) */
+	if (rig__ring_backlog(qp, side))
+		feed_ring(qp, side, BY_POST, false);
 	return count;
 }
 
@@ -615,8 +703,10 @@ static int poll_batch(struct rig_qp *pub, enum rig_side side,
 		      struct rig_completion *c, uint64_t *cookies, int max);
 
 /* The batch calls of a queue pair whose rings are deeper than the NIC's
- * queues run under feed_lock, after moving the entries waiting. */
-#define SHALLOW_CALL(pub, call)						\
+ * queues run under feed_lock, and then move the entries waiting: a
+ * batch that cannot go to the NIC at once waits behind the entries
+ * waiting before it (batch_shallow). */
+#define SHALLOW_CALL(pub, by, call)					\
 	do {								\
 		struct rig__qp *qp_;					\
 		int ret_;						\
@@ -624,31 +714,31 @@ static int poll_batch(struct rig_qp *pub, enum rig_side side,
 		if (!(pub) || likely(!rig__qp(pub)->shallow))		\
 			return call;					\
 		qp_ = rig__qp(pub);					\
-		pthread_mutex_lock(&qp_->feed_lock);			\
-		if (!(rig__qp_broken(pub) & RIG__CLOSED))		\
-			feed(qp_);					\
+		rig__ring_feed_lock(qp_);				\
 		ret_ = call;						\
+		if (!(rig__qp_broken(pub) & RIG__CLOSED))		\
+			feed(qp_, by);					\
 		settle(qp_);						\
-		pthread_mutex_unlock(&qp_->feed_lock);			\
+		rig__ring_feed_unlock(qp_);				\
 		return ret_;						\
 	} while (0)
 
 RIG_EXPORT int rig_qp_send_batch(struct rig_qp *pub, const struct rig_post *posts,
 				 int count)
 {
-	SHALLOW_CALL(pub, send_batch(pub, posts, count));
+	SHALLOW_CALL(pub, BY_POST, send_batch(pub, posts, count));
 }
 
 RIG_EXPORT int rig_qp_receive_batch(struct rig_qp *pub, const struct rig_post *posts,
 				    int count)
 {
-	SHALLOW_CALL(pub, receive_batch(pub, posts, count));
+	SHALLOW_CALL(pub, BY_POST, receive_batch(pub, posts, count));
 }
 
 RIG_EXPORT int rig_qp_poll_batch(struct rig_qp *pub, enum rig_side side,
 		      struct rig_completion *c, uint64_t *cookies, int max)
 {
-	SHALLOW_CALL(pub, poll_batch(pub, side, c, cookies, max));
+	SHALLOW_CALL(pub, BY_POLL, poll_batch(pub, side, c, cookies, max));
 }
 
 static int send_batch(struct rig_qp *pub, const struct rig_post *posts, int count)
@@ -708,8 +798,11 @@ static int poll_batch(struct rig_qp *pub, enum rig_side side,
 	if (rig__qp_broken(pub) & RIG__CLOSED)
 		return rig__fail(EINVAL, "rig_qp_poll_batch: the queue pair is closing (rig_qp_close)");
 	ring = &pub->ring[side];
-	/* The common case: healthy, nothing stashed: one ibv_poll_cq. */
-	if (!rig__qp_broken(pub) && !ring->ahead && ring->tail != ring->head && max) {
+	/* The common case: healthy (entries may wait beyond the NIC's
+	 * depth: the caller moves them after), nothing stashed: one
+	 * ibv_poll_cq. */
+	if (!(rig__qp_broken(pub) & ~RIG__WAITING_ANY) && !ring->ahead &&
+	    ring->tail != ring->head && max) {
 		want = max < RIG_BATCH_MAX ? max : RIG_BATCH_MAX;
 		n = ibv_poll_cq(ring->cq, want, wc);
 		drained = n >= 0 && n < want;

@@ -99,11 +99,6 @@ static const char *const cause_names[] = {
 	[RIG__CAUSE_DEVICE] = "; the device",
 };
 
-int rig__ring_failed(const struct rig__qp *qp)
-{
-	return qp->cause != RIG__CAUSE_NONE;
-}
-
 /* A failure whose reason has not been seen: a flush, a refused post. */
 static bool bare(enum rig__cause cause)
 {
@@ -122,41 +117,26 @@ static bool bare(enum rig__cause cause)
  *
  * The inline post goes out of line once depth entries are due; the
  * slow post posts to the NIC while it has room and nothing waits before
- * it, else keeps the entry and sets RIG__BACKLOG, which sends every
- * post and poll of the queue pair to the slow paths until nothing
- * waits on either ring: the inline code is unchanged within the depth.
- * The owner alone sets and clears the bit; while it is set, the slow
- * paths and the loop's thread (rig__qp_feed, at a hand-out) take
- * feed_lock, a lock that a queue pair at the full depth never takes.
+ * it, else keeps the entry and sets the ring's RIG__WAITING bit, which
+ * sends that ring's posts and polls to the slow paths until nothing
+ * waits in it: the inline code is unchanged within the depth, and the
+ * other ring's stays inline (its poll goes out of line, and moves
+ * them, when it finds its own CQ empty). The owner alone sets and
+ * clears the bits; while one is set, the slow paths and the loop's
+ * thread (rig__qp_feed, at a hand-out) take feed_lock, a lock that a
+ * queue pair at the full depth never takes. The loop's thread touches
+ * only rings whose bit is set, whose posts and polls the owner makes
+ * under that lock: never the ring the owner may be using inline.
+ * (The counts' helpers, rig__ring_at_nic and its kin, are inline in
+ * internal.h: the slow paths of a ring with entries waiting run on
+ * every post and poll.)
  */
-bool rig__ring_backlog(const struct rig__qp *qp)
-{
-	return __atomic_load_n(&qp->pub.broken, __ATOMIC_ACQUIRE) & RIG__BACKLOG;
-}
-
-/* The next entry to go to the NIC. */
-uint32_t rig__ring_fed(const struct rig__qp *qp, int side)
-{
-	return rig__ring_backlog(qp) ? qp->fed[side] : qp->pub.ring[side].head;
-}
-
-/* Entries the NIC holds whose CQEs the library has not read. */
-uint32_t rig__ring_at_nic(const struct rig__qp *qp, int side)
-{
-	const struct rig__ring *ring = &qp->pub.ring[side];
-
-	return rig__ring_fed(qp, side) - ring->tail - ring->ahead;
-}
-
-bool rig__qp_waiting(const struct rig__qp *qp, int side)
-{
-	return rig__ring_backlog(qp) && qp->fed[side] != qp->pub.ring[side].head;
-}
-
 void rig__ring_feed_lock(struct rig__qp *qp)
 {
-	if (qp->shallow)
+	if (qp->shallow) {
 		pthread_mutex_lock(&qp->feed_lock);
+		__atomic_store_n(&qp->drained, 0, __ATOMIC_RELAXED);
+	}
 }
 
 void rig__ring_feed_unlock(struct rig__qp *qp)
@@ -343,6 +323,8 @@ void rig__ring_reap(struct rig__qp *qp, enum rig_side side)
 	if (n < 0)
 		rig__qp_failed(qp, RIG__CAUSE_DEVICE, EIO,
 			       "the NIC's completion queue could not be read", -1);
+	else if (qp->shallow)
+		__atomic_or_fetch(&qp->drained, 1u << side, __ATOMIC_RELAXED);
 }
 
 /*
@@ -407,7 +389,11 @@ int rig__qp_probe(struct rig__qp *qp)
 	}
 	if (ring->head != ring->tail)
 		return 0;
-	broken = __atomic_load_n(&qp->pub.broken, __ATOMIC_ACQUIRE);
+	/* Receives waiting beyond the NIC's depth (rig(7) Q4) leave the
+	 * send ring idle, and a server that keeps more receives posted than
+	 * the depth holds such rings for good: they are probed too. */
+	broken = __atomic_load_n(&qp->pub.broken, __ATOMIC_ACQUIRE) &
+		 ~RIG__WAITING(RIG_RECEIVE);
 	if (qp->probe_out || broken || qp->state != RIG__CONNECTED)
 		return 0;
 	memset(&wr, 0, sizeof(wr));
@@ -533,7 +519,7 @@ int rig__ring_poll_slow(struct rig_qp *pub, enum rig_side side,
 		ring->ahead = ring->head - ring->tail;
 		qp->completed[side] += ring->ahead;
 		/* Those waiting in the ring never go to the NIC (F5). */
-		if (rig__ring_backlog(qp))
+		if (rig__ring_backlog(qp, side))
 			qp->fed[side] = ring->head;
 	}
 

@@ -1605,7 +1605,7 @@ static void Q4_entries_beyond_the_depth_go_in_order(void)
 	expect_none(RIG_RECEIVE);
 	expect_room(RIG_SEND, RIG_RING_ENTRIES);
 	/* Nothing waits: the inline path is back. */
-	cr_assert_eq(f->q.pub.broken & RIG__BACKLOG, 0, "RIG__BACKLOG still set");
+	cr_assert_eq(f->q.pub.broken & RIG__WAITING_ANY, 0, "a RIG__WAITING bit still set");
 }
 
 /*
@@ -1769,6 +1769,51 @@ static void Q4_P1_a_batch_that_fits_beside_a_waiting_ring(void)
 	cr_assert_eq(taken(RIG_SEND), 2, "%zu sends reached the NIC", taken(RIG_SEND));
 }
 
+/*
+ * Q4: a ring with nothing waiting keeps the inline path while the other
+ * ring's entries wait. At depth 8 (receives go in chains of two), twenty
+ * receives: eight at the NIC, twelve waiting. The send ring's posts and
+ * polls test no bit of the receive ring's; a poll of the send ring with
+ * a send due and none completed moves the receives that eight messages
+ * freed room for, all eight; a poll of the idle send ring returns at
+ * once and moves nothing; the receive ring's own poll moves a chain.
+ */
+static void Q4_a_ring_with_nothing_waiting_stays_inline(void)
+{
+	int i;
+
+	fake_depth(f, 8);
+	for (i = 0; i < 20; i++)
+		post_one(RIG_RECEIVE, 4);
+	cr_assert_eq(taken(RIG_RECEIVE), 8, "the NIC took %zu receives", taken(RIG_RECEIVE));
+	cr_assert_neq(f->q.pub.broken & RIG__WAITING(RIG_RECEIVE), 0);
+	cr_assert_eq(rig__qp_broken_for(f->qp, RIG_SEND), 0,
+		     "the send ring's inline code sees broken 0x%x",
+		     rig__qp_broken_for(f->qp, RIG_SEND));
+	for (i = 0; i < 8; i++)
+		fake_message(f, 4);
+	post_one(RIG_SEND, 5);
+	cr_assert_eq(taken(RIG_SEND), 1);
+	expect_none(RIG_SEND);
+	cr_assert_eq(taken(RIG_RECEIVE), 16, "a spinning send poll moved %zu receives, not 8",
+		     taken(RIG_RECEIVE) - 8);
+	for (i = 0; i < 8; i++)
+		expect_ok(RIG_RECEIVE, 4);
+	fake_complete(f, RIG_SEND, 1, IBV_WC_SUCCESS);
+	expect_ok(RIG_SEND, 5);
+	fake_message(f, 4);
+	fake_message(f, 4);
+	expect_none(RIG_SEND);
+	cr_assert_eq(taken(RIG_RECEIVE), 16, "a poll of the idle send ring moved receives");
+	expect_ok(RIG_RECEIVE, 4);
+	cr_assert_eq(taken(RIG_RECEIVE), 18, "the receive poll moved %zu, not a chain of 2",
+		     taken(RIG_RECEIVE) - 16);
+	expect_ok(RIG_RECEIVE, 4);
+	for (i = 0; i < 8; i++)
+		cr_assert_eq(f->ring[RIG_RECEIVE].req[i].wr_id, (uint64_t)i);
+	cr_assert_eq(f->ring[RIG_RECEIVE].req[17].wr_id, 17);
+}
+
 static const struct script shallow_scripts[] = {
 #define SCRIPT(name, profiles) { #name, name, profiles }
 	SCRIPT(Q4_entries_beyond_the_depth_go_in_order, ALL),
@@ -1778,6 +1823,7 @@ static const struct script shallow_scripts[] = {
 	SCRIPT(Q4_batches_beyond_the_depth, ALL),
 	SCRIPT(Q4_F2_nothing_follows_a_flush, ALL & ~NIC & ~BNXT),
 	SCRIPT(Q4_P1_a_batch_that_fits_beside_a_waiting_ring, ALL),
+	SCRIPT(Q4_a_ring_with_nothing_waiting_stays_inline, ALL),
 #undef SCRIPT
 };
 

@@ -74,7 +74,8 @@ struct rig_qp {
 	/* read by inline code: ABI-frozen */
 	struct ibv_qp *ibqp;
 	const struct rig_nic *nic;
-	uint32_t broken;	/* 0: connected, healthy; else take the slow path */
+	uint32_t broken;	/* 0: connected, healthy; else take the slow
+				 * path (but RIG__WAITING of the other ring) */
 	uint32_t local;		/* the peer is a QP of this NIC handle: reads (M4) */
 	uint32_t msg_max;	/* min(2^31, the device's max_msg_sz) (Q3) */
 	/* Where, in bytes from the start of a region's handle, the local
@@ -303,6 +304,25 @@ RIG_INLINE uint32_t rig__qp_broken(const struct rig_qp *qp)
 #endif
 }
 
+/*
+ * The bit of qp->broken that says entries wait in ring @side beyond the
+ * NIC's depth (rig(7) Q4). It sends that ring's posts and polls out of
+ * line, and only that ring's: the other ring's go on inline, and its
+ * poll goes out of line, to move them, whenever it finds its CQ empty
+ * while entries are due here. Every other bit of broken concerns both
+ * rings. (rig 0.4's inline code took every bit for both rings: slower
+ * with entries waiting, and as right.)
+ */
+#define RIG__WAITING(side) (1u << (5 + (unsigned)(side)))
+
+/* What sends the posts and polls of ring @side out of line. */
+RIG_INLINE uint32_t rig__qp_broken_for(const struct rig_qp *qp,
+				       enum rig_side side)
+{
+	return rig__qp_broken(qp) & ~RIG__WAITING(side == RIG_SEND ? RIG_RECEIVE
+								   : RIG_SEND);
+}
+
 /* Nonzero unless [at, at + n) lies in live region @r of @qp's NIC and n is
  * a valid message length; written so that no sum can overflow. */
 RIG_INLINE int rig__qp_bad_span(const struct rig_qp *qp,
@@ -353,7 +373,7 @@ RIG_INLINE int rig_qp_send(struct rig_qp *qp, const struct rig_region *r,
 
 	if (RIG__UNLIKELY(rig__qp_bad_span(qp, r, at, n) |
 			  (rig__ring_used(q) >= q->depth) |
-			  (rig__qp_broken(qp) != 0)))
+			  (rig__qp_broken_for(qp, RIG_SEND) != 0)))
 		return rig__qp_post_slow(qp, RIG__OP_SEND, NULL, 0, r, at, n);
 
 	struct ibv_sge sge = { (uintptr_t)(r->addr + at), (uint32_t)n,
@@ -396,7 +416,7 @@ RIG_INLINE int rig_qp_read(struct rig_qp *qp, const struct rig_region *src,
 	if (RIG__UNLIKELY(rig__qp_bad_span(qp, src, src_at, n) |
 			  rig__qp_bad_span(qp, dst, dst_at, n) | !qp->local |
 			  (rig__ring_used(q) >= q->depth) |
-			  (rig__qp_broken(qp) != 0)))
+			  (rig__qp_broken_for(qp, RIG_SEND) != 0)))
 		return rig__qp_post_slow(qp, RIG__OP_READ, src, src_at, dst,
 					 dst_at, n);
 
@@ -438,7 +458,7 @@ RIG_INLINE int rig_qp_receive(struct rig_qp *qp, const struct rig_region *r,
 
 	if (RIG__UNLIKELY(rig__qp_bad_span(qp, r, at, n) |
 			  (rig__ring_used(q) >= q->depth) |
-			  (rig__qp_broken(qp) != 0)))
+			  (rig__qp_broken_for(qp, RIG_RECEIVE) != 0)))
 		return rig__qp_post_slow(qp, RIG__OP_RECEIVE, NULL, 0, r, at, n);
 
 	struct ibv_sge sge = { (uintptr_t)(r->addr + at), (uint32_t)n,
@@ -488,7 +508,7 @@ RIG_INLINE int rig_qp_poll(struct rig_qp *qp, enum rig_side side,
 	if (RIG__UNLIKELY((unsigned)side > RIG_RECEIVE || !c))
 		return rig__qp_poll_slow(qp, side, NULL, 0, c);
 	q = &qp->ring[side];
-	if (RIG__UNLIKELY(rig__qp_broken(qp) | q->ahead))
+	if (RIG__UNLIKELY(rig__qp_broken_for(qp, side) | q->ahead))
 		return rig__qp_poll_slow(qp, side, NULL, 0, c);
 	if (q->tail == q->head)
 		return 0;
