@@ -497,7 +497,7 @@ struct rig__qp {
 	 * polls go to the slow paths, which take feed_lock, as the loop's
 	 * thread does when it moves entries to the NIC (rig__qp_feed). */
 	bool shallow;
-	pthread_mutex_t feed_lock;
+	pthread_spinlock_t feed_lock;
 	uint32_t fed[2];
 	struct rig__waiting *waiting[2];
 	/* Bit 1 << side: that ring's CQ was found empty during the slow
@@ -588,13 +588,36 @@ static inline uint32_t rig__ring_at_nic(const struct rig__qp *qp, int side)
 /* Whether entries of @side wait beyond the NIC's depth: */
 static inline bool rig__qp_waiting(const struct rig__qp *qp, int side)
 {
-	return rig__ring_backlog(qp, side) && qp->fed[side] != qp->pub.ring[side].head;
+	return rig__ring_backlog(qp, side) &&
+	       qp->fed[side] != __atomic_load_n(&qp->pub.ring[side].head, __ATOMIC_ACQUIRE);
 }
 
-/* ring.c, for post.c (the slow posts above it): feed_lock, taken when
- * @qp is shallow; a CQE reaped, a ring reaped; the slow poll. */
-void rig__ring_feed_lock(struct rig__qp *qp);
-void rig__ring_feed_unlock(struct rig__qp *qp);
+/*
+ * feed_lock, taken when @qp is shallow, by every slow path of a ring
+ * with entries waiting (each post and poll of it) and by the loop's
+ * thread when it moves them. A spinlock, as rdma-core's providers guard
+ * their queues (providers/rxe/rxe.c and mlx5's qp->sq.lock): held for
+ * a few loads and stores, or the posts of what the NIC has room for, and
+ * a mutex's lock and unlock (70 instructions, glibc) cost more than the
+ * rest of a receive's slow path (callgrind, bench/ icount -r). It also
+ * starts a slow call afresh: no CQ read yet (qp->drained).
+ */
+static inline void rig__ring_feed_lock(struct rig__qp *qp)
+{
+	if (qp->shallow) {
+		pthread_spin_lock(&qp->feed_lock);
+		__atomic_store_n(&qp->drained, 0, __ATOMIC_RELAXED);
+	}
+}
+
+static inline void rig__ring_feed_unlock(struct rig__qp *qp)
+{
+	if (qp->shallow)
+		pthread_spin_unlock(&qp->feed_lock);
+}
+
+/* ring.c, for post.c (the slow posts above it): a CQE reaped, a ring
+ * reaped; the slow poll. */
 void rig__ring_reap_one(struct rig__qp *qp, enum rig_side side, const struct ibv_wc *wc);
 void rig__ring_reap(struct rig__qp *qp, enum rig_side side);
 int rig__ring_poll_slow(struct rig_qp *pub, enum rig_side side, const struct ibv_wc *wc,

@@ -135,6 +135,51 @@ static int post_slow(struct rig_qp *pub, enum rig__op op,
 		     const struct rig_region *src, size_t src_at,
 		     const struct rig_region *dst, size_t dst_at, size_t n);
 
+/*
+ * A post behind entries already waiting in its ring (rig(7) Q4), on a
+ * queue pair healthy but for them, with the post's checks passed: it
+ * waits too, after them, and takes no lock. No other thread posts
+ * (C3); the loop's thread may be moving the older entries meanwhile,
+ * under the lock: it reads head with acquire, so it sees this entry
+ * whole or not at all, and one it does not see goes at the next move
+ * (the owner's next poll or wait of the ring, or the loop's hand-out
+ * of the completion of what it just moved). Posting it to the NIC now
+ * could not be: an entry waits before it, and every slow call moves
+ * what the room it knows allows before it ends. Returns false for any
+ * other post (the locked path decides).
+ */
+static bool append_waiting(struct rig__qp *qp, enum rig__op op,
+			   const struct rig_region *src, size_t src_at,
+			   const struct rig_region *dst, size_t dst_at, size_t n)
+{
+	enum rig_side side = op == RIG__OP_RECEIVE ? RIG_RECEIVE : RIG_SEND;
+	struct rig__ring *ring = &qp->pub.ring[side];
+	uint32_t broken = __atomic_load_n(&qp->pub.broken, __ATOMIC_ACQUIRE);
+	uint32_t seq = ring->head;
+	struct rig__waiting *w;
+
+	if ((broken & ~RIG__WAITING_ANY) || !(broken & RIG__WAITING(side)) ||
+	    __atomic_load_n(&qp->fed[side], __ATOMIC_RELAXED) == seq ||
+	    rig__ring_used(ring) >= RIG_RING_ENTRIES ||
+	    rig__qp_bad_span(&qp->pub, dst, dst_at, n) ||
+	    (op == RIG__OP_READ &&
+	     (!qp->pub.local || rig__qp_bad_span(&qp->pub, src, src_at, n))))
+		return false;
+	w = &qp->waiting[side][seq & RIG__MASK];
+	w->addr = (uintptr_t)(dst->addr + dst_at);
+	w->lkey = rig__qp_lkey(&qp->pub, dst);
+	w->op = op;
+	if (op == RIG__OP_READ) {
+		w->remote = (uintptr_t)(src->addr + src_at);
+		w->rkey = src->rkey;
+	}
+	ring->slot[seq & RIG__MASK].len = (uint32_t)n;
+	ring->slot[seq & RIG__MASK].cookie = 0;
+	qp->waited[side]++;
+	__atomic_store_n(&ring->head, seq + 1, __ATOMIC_RELEASE);
+	return true;
+}
+
 RIG_EXPORT __cold int rig__qp_post_slow(struct rig_qp *pub, enum rig__op op,
 					const struct rig_region *src, size_t src_at,
 					const struct rig_region *dst, size_t dst_at,
@@ -148,6 +193,8 @@ RIG_EXPORT __cold int rig__qp_post_slow(struct rig_qp *pub, enum rig__op op,
 	qp = rig__qp(pub);
 	if (likely(!qp->shallow))
 		return post_slow(pub, op, src, src_at, dst, dst_at, n);
+	if (append_waiting(qp, op, src, src_at, dst, dst_at, n))
+		return 0;
 	rig__ring_feed_lock(qp);
 	ret = post_slow(pub, op, src, src_at, dst, dst_at, n);
 	settle(qp);
@@ -422,7 +469,9 @@ static void feed_ring(struct rig__qp *qp, enum rig_side side, enum feeder by,
 	int k, taken;
 	bool dry;
 
-	if (qp->fed[side] == ring->head || sealed(qp))
+	/* The owner appends behind waiting entries without the lock
+	 * (append_waiting): head is read with acquire, fed written whole. */
+	if (qp->fed[side] == __atomic_load_n(&ring->head, __ATOMIC_ACQUIRE) || sealed(qp))
 		return;
 	do {
 		room = ring->depth - rig__ring_at_nic(qp, side);
@@ -433,7 +482,7 @@ static void feed_ring(struct rig__qp *qp, enum rig_side side, enum feeder by,
 			if (!room)
 				break;
 		}
-		left = ring->head - qp->fed[side];
+		left = __atomic_load_n(&ring->head, __ATOMIC_ACQUIRE) - qp->fed[side];
 		/* Receives go in chains of a quarter of the depth (up to
 		 * RIG_BATCH_MAX / 4): one post of several receives costs
 		 * little more than one, and the NIC keeps three quarters
@@ -454,12 +503,12 @@ static void feed_ring(struct rig__qp *qp, enum rig_side side, enum feeder by,
 		taken = post_chain(qp, side, k, by);
 		if (dry && taken)
 			__atomic_add_fetch(&qp->ran_dry[side], 1, __ATOMIC_RELAXED);
-		qp->fed[side] += taken;
+		__atomic_store_n(&qp->fed[side], qp->fed[side] + taken, __ATOMIC_RELAXED);
 		/* The provider refused for now (the next feed tries again),
 		 * or a refusal failed the queue pair. */
 		if (taken < k || sealed(qp))
 			break;
-	} while (qp->fed[side] != ring->head);
+	} while (qp->fed[side] != __atomic_load_n(&ring->head, __ATOMIC_ACQUIRE));
 }
 
 /* Moves the waiting entries of both rings; feed_lock held. */

@@ -259,7 +259,7 @@ int rig__qp_make(struct rig_loop *loop, bool far, struct rig_qp **out)
 	qp->pub.lkey_at = rig__lkey_at(far);
 	qp->shallow = depth < RIG_RING_ENTRIES;
 	if (qp->shallow)
-		pthread_mutex_init(&qp->feed_lock, NULL);
+		pthread_spin_init(&qp->feed_lock, PTHREAD_PROCESS_PRIVATE);
 	qp->pub.broken = RIG__UNCONNECTED;
 	qp->pub.msg_max = nic->msg_max;
 	qp->state = RIG__RESET;
@@ -572,9 +572,9 @@ int rig__qp_teardown(struct rig__qp *qp)
 	if (qp->shallow) {
 		/* The loop's thread may be moving entries (rig__qp_feed):
 		 * it holds the lock while it does. */
-		pthread_mutex_lock(&qp->feed_lock);
-		pthread_mutex_unlock(&qp->feed_lock);
-		pthread_mutex_destroy(&qp->feed_lock);
+		rig__ring_feed_lock(qp);
+		rig__ring_feed_unlock(qp);
+		pthread_spin_destroy(&qp->feed_lock);
 	}
 	free(qp->waiting[RIG_SEND]);
 	free(qp->waiting[RIG_RECEIVE]);
@@ -683,11 +683,9 @@ RIG_EXPORT __cold int rig_qp_close(struct rig_qp *pub, uint64_t cookie)
 	k->news.what = (struct rig_ready){ pub, RIG_SEND, RIG_NEWS_CLOSED, 0, cookie };
 	k->news.handed = close_handed;
 	/* Under feed_lock: the loop's thread moves no entry after it. */
-	if (qp->shallow)
-		pthread_mutex_lock(&qp->feed_lock);
+	rig__ring_feed_lock(qp);
 	__atomic_or_fetch(&pub->broken, RIG__CLOSED, __ATOMIC_RELEASE);
-	if (qp->shallow)
-		pthread_mutex_unlock(&qp->feed_lock);
+	rig__ring_feed_unlock(qp);
 	rig__loop_closing(qp);
 	/* A loop whose helper cannot start pays the destroy itself. */
 	if (rig__loop_defer(qp->loop, &k->job))

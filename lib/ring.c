@@ -124,26 +124,13 @@ static bool bare(enum rig__cause cause)
  * them, when it finds its own CQ empty). The owner alone sets and
  * clears the bits; while one is set, the slow paths and the loop's
  * thread (rig__qp_feed, at a hand-out) take feed_lock, a lock that a
- * queue pair at the full depth never takes. The loop's thread touches
+ * queue pair at the full depth never takes (internal.h). The loop's thread touches
  * only rings whose bit is set, whose posts and polls the owner makes
  * under that lock: never the ring the owner may be using inline.
  * (The counts' helpers, rig__ring_at_nic and its kin, are inline in
  * internal.h: the slow paths of a ring with entries waiting run on
  * every post and poll.)
  */
-void rig__ring_feed_lock(struct rig__qp *qp)
-{
-	if (qp->shallow) {
-		pthread_mutex_lock(&qp->feed_lock);
-		__atomic_store_n(&qp->drained, 0, __ATOMIC_RELAXED);
-	}
-}
-
-void rig__ring_feed_unlock(struct rig__qp *qp)
-{
-	if (qp->shallow)
-		pthread_mutex_unlock(&qp->feed_lock);
-}
 
 /* Records a failure; true if it is the queue pair's first. */
 static bool record(struct rig__qp *qp, enum rig__cause cause, int error,

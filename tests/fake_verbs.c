@@ -331,7 +331,8 @@ void fake_reset(struct fake *f)
 	rig__list_init(&f->nic.regions);
 	free(f->q.waiting[RIG_SEND]);
 	free(f->q.waiting[RIG_RECEIVE]);
-	memset(&f->q, 0, sizeof(f->q));	/* feed_lock: a mutex at rest */
+	memset(&f->q, 0, sizeof(f->q));
+	pthread_spin_init(&f->q.feed_lock, PTHREAD_PROCESS_PRIVATE);	/* as qp.c does */
 	f->q.nic = &f->nic;
 	f->q.state = RIG__CONNECTED;
 	rig__list_add(&f->nic.qps, &f->q.link);
