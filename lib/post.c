@@ -36,15 +36,18 @@ static void settle(struct rig__qp *qp);
  * it; the others are filed in their slots. Anything else (an error, a
  * completion of another kind, an empty CQ while the NIC owes the other
  * ring CQEs, which may hold a failure) goes to the slow poll, as the
- * inline poll's would.
+ * inline poll's would. @idle: set when it read nothing and went nowhere
+ * else: the room it knows is what the last move left, so there is
+ * nothing to move (a thread spinning on the ring pays one CQ read).
  */
 static int poll_backlog(struct rig__qp *qp, enum rig_side side,
-			struct rig_completion *c)
+			struct rig_completion *c, bool *idle)
 {
 	struct rig__ring *ring = &qp->pub.ring[side];
 	struct ibv_wc wc[16];
 	int i, n;
 
+	*idle = false;
 	if (ring->tail == ring->head)
 		return 0;
 	n = ibv_poll_cq(ring->cq, 16, wc);
@@ -52,8 +55,10 @@ static int poll_backlog(struct rig__qp *qp, enum rig_side side,
 		__atomic_or_fetch(&qp->drained, 1u << side, __ATOMIC_RELAXED);
 	if (unlikely(n < 1 || wc[0].status != IBV_WC_SUCCESS ||
 		     !rig__wc_kind_ok(side, &wc[0]))) {
-		if (n == 0 && !rig__ring_at_nic(qp, !side))
+		if (n == 0 && !rig__ring_at_nic(qp, !side)) {
+			*idle = true;
 			return 0;
+		}
 		for (i = 0; i < n; i++)
 			rig__ring_reap_one(qp, side, &wc[i]);
 		return rig__ring_poll_slow(&qp->pub, side, NULL, n < 0 ? n : 0,
@@ -78,16 +83,19 @@ static int poll_shallow(struct rig_qp *pub, enum rig_side side,
 			const struct ibv_wc *wc, int n, struct rig_completion *c)
 {
 	struct rig__qp *qp = rig__qp(pub);
+	bool idle = false;
 	int ret;
 
 	rig__ring_feed_lock(qp);
 	if (!wc && !(rig__qp_broken(pub) & ~RIG__WAITING_ANY) && !pub->ring[side].ahead &&
 	    !qp->flushed)
-		ret = poll_backlog(qp, side, c);
+		ret = poll_backlog(qp, side, c, &idle);
 	else
 		ret = rig__ring_poll_slow(pub, side, wc, n, wc && n == 0, c);
-	feed(qp, BY_POLL);
-	settle(qp);
+	if (!idle) {
+		feed(qp, BY_POLL);
+		settle(qp);
+	}
 	rig__ring_feed_unlock(qp);
 	return ret;
 }
