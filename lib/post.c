@@ -477,27 +477,31 @@ static void feed_ring(struct rig__qp *qp, enum rig_side side, enum feeder by,
 	int k, taken;
 	bool dry;
 
-	/* The owner appends behind waiting entries without the lock
-	 * (append_waiting): head is read with acquire, fed written whole. */
-	if (qp->fed[side] == __atomic_load_n(&ring->head, __ATOMIC_ACQUIRE) || sealed(qp))
-		return;
-	do {
+	for (;;) {
+		/* The owner appends behind waiting entries without the
+		 * lock (append_waiting): head is read with acquire, fed
+		 * written whole. */
+		left = __atomic_load_n(&ring->head, __ATOMIC_ACQUIRE) - qp->fed[side];
+		if (!left)
+			return;
 		room = ring->depth - rig__ring_at_nic(qp, side);
 		if (!room) {
-			if (by == BY_POST || !reap_once(qp, side) || sealed(qp))
-				break;
+			if (by == BY_POST || sealed(qp) || !reap_once(qp, side))
+				return;
 			room = ring->depth - rig__ring_at_nic(qp, side);
 			if (!room)
-				break;
+				return;
 		}
-		left = __atomic_load_n(&ring->head, __ATOMIC_ACQUIRE) - qp->fed[side];
 		/* Receives go in chains of a quarter of the depth (up to
 		 * RIG_BATCH_MAX / 4): one post of several receives costs
 		 * little more than one, and the NIC keeps three quarters
 		 * of its receives meanwhile (rig(7) Q4). Sends go at once:
-		 * each is a message the peer waits for. */
+		 * each is a message the peer waits for. Checked before
+		 * anything else: most receives taken move nothing. */
 		if (side == RIG_RECEIVE && room < left && room < receive_chain(ring))
-			break;
+			return;
+		if (sealed(qp))
+			return;
 		k = (int)(room < left ? room : left);
 		if (k > RIG_BATCH_MAX)
 			k = RIG_BATCH_MAX;
@@ -514,9 +518,9 @@ static void feed_ring(struct rig__qp *qp, enum rig_side side, enum feeder by,
 		__atomic_store_n(&qp->fed[side], qp->fed[side] + taken, __ATOMIC_RELAXED);
 		/* The provider refused for now (the next feed tries again),
 		 * or a refusal failed the queue pair. */
-		if (taken < k || sealed(qp))
-			break;
-	} while (qp->fed[side] != __atomic_load_n(&ring->head, __ATOMIC_ACQUIRE));
+		if (taken < k)
+			return;
+	}
 }
 
 /* Moves the waiting entries of both rings; feed_lock held. */
