@@ -503,8 +503,7 @@ struct rig__qp {
 	/* Bit 1 << side: that ring's CQ was found empty during the slow
 	 * call under way (reset when feed_lock is taken), so a feed that
 	 * finds the NIC's queue full reads it once per call, not once per
-	 * step (post.c, reap_once). Atomic: the loop's thread reads the
-	 * send CQ of an idle ring for a probe's CQE without the lock. */
+	 * step (post.c, reap_once). rig__ring_drained() sets it. */
 	uint32_t drained;
 	/* rig_qp_stats of the backlog, per ring: entries that waited (the
 	 * owner's posts count them), and feeds that found the NIC's queue
@@ -614,6 +613,18 @@ static inline void rig__ring_feed_unlock(struct rig__qp *qp)
 {
 	if (qp->shallow)
 		pthread_spin_unlock(&qp->feed_lock);
+}
+
+/* Marks @side's CQ found empty in this slow call (qp->drained). The
+ * loop's thread reads the send CQ of an idle ring for a probe's CQE
+ * without feed_lock, so the word is read and written whole, not with a
+ * locked read-modify-write (which the hot slow path would pay each
+ * poll): a bit lost between the two threads costs one CQ read more. */
+static inline void rig__ring_drained(struct rig__qp *qp, int side)
+{
+	__atomic_store_n(&qp->drained,
+			 __atomic_load_n(&qp->drained, __ATOMIC_RELAXED) | 1u << side,
+			 __ATOMIC_RELAXED);
 }
 
 /* ring.c, for post.c (the slow posts above it): a CQE reaped, a ring

@@ -52,7 +52,7 @@ static int poll_backlog(struct rig__qp *qp, enum rig_side side,
 		return 0;
 	n = ibv_poll_cq(ring->cq, 16, wc);
 	if (n >= 0 && n < 16)	/* the feed after need not read it again */
-		__atomic_or_fetch(&qp->drained, 1u << side, __ATOMIC_RELAXED);
+		rig__ring_drained(qp, side);
 	if (unlikely(n < 1 || wc[0].status != IBV_WC_SUCCESS ||
 		     !rig__wc_kind_ok(side, &wc[0]))) {
 		if (n == 0 && !rig__ring_at_nic(qp, !side)) {

@@ -311,7 +311,7 @@ void rig__ring_reap(struct rig__qp *qp, enum rig_side side)
 		rig__qp_failed(qp, RIG__CAUSE_DEVICE, EIO,
 			       "the NIC's completion queue could not be read", -1);
 	else if (qp->shallow)
-		__atomic_or_fetch(&qp->drained, 1u << side, __ATOMIC_RELAXED);
+		rig__ring_drained(qp, side);
 }
 
 /*
