@@ -26,6 +26,17 @@ static void feed(struct rig__qp *qp, enum feeder by);
 static void settle(struct rig__qp *qp);
 
 
+/* Takes @wc, a plain success CQE of @side's oldest due entry, into @c,
+ * as the inline poll does (rig_qp_poll). */
+static void take_success(struct rig__ring *ring, enum rig_side side,
+			 const struct ibv_wc *wc, struct rig_completion *c)
+{
+	c->bytes = side == RIG_RECEIVE ? wc->byte_len : ring->slot[ring->tail & RIG__MASK].len;
+	c->error = 0;
+	c->why = NULL;
+	ring->tail++;
+}
+
 /*
  * The poll of a queue pair that is healthy but for its entries waiting
  * (RIG__WAITING bits alone, nothing reaped ahead, no flush seen): one CQ
@@ -64,11 +75,7 @@ static int poll_backlog(struct rig__qp *qp, enum rig_side side,
 		return rig__ring_poll_slow(&qp->pub, side, NULL, n < 0 ? n : 0,
 					   n >= 0 && n < 16, c);
 	}
-	c->bytes = side == RIG_RECEIVE ? wc[0].byte_len
-				       : ring->slot[ring->tail & RIG__MASK].len;
-	c->error = 0;
-	c->why = NULL;
-	ring->tail++;
+	take_success(ring, side, &wc[0], c);
 	for (i = 1; i < n; i++)
 		rig__ring_reap_one(qp, side, &wc[i]);
 	return 1;
@@ -143,6 +150,26 @@ static int post_slow(struct rig_qp *pub, enum rig__op op,
 		     const struct rig_region *src, size_t src_at,
 		     const struct rig_region *dst, size_t dst_at, size_t n);
 
+/* What the NIC will need of a post of @op that waits (struct
+ * rig__waiting): its bytes, with the key of @qp's domain (M4), and a
+ * read's source. */
+static struct rig__waiting waiting_request(const struct rig__qp *qp, enum rig__op op,
+					   const struct rig_region *src, size_t src_at,
+					   const struct rig_region *dst, size_t dst_at)
+{
+	struct rig__waiting w = {
+		.addr = (uintptr_t)(dst->addr + dst_at),
+		.lkey = rig__qp_lkey(&qp->pub, dst),
+		.op = op,
+	};
+
+	if (op == RIG__OP_READ) {
+		w.remote = (uintptr_t)(src->addr + src_at);
+		w.rkey = src->rkey;
+	}
+	return w;
+}
+
 /*
  * A post behind entries already waiting in its ring (rig(7) Q4), on a
  * queue pair healthy but for them, with the post's checks passed: it
@@ -164,7 +191,6 @@ static bool append_waiting(struct rig__qp *qp, enum rig__op op,
 	struct rig__ring *ring = &qp->pub.ring[side];
 	uint32_t broken = __atomic_load_n(&qp->pub.broken, __ATOMIC_ACQUIRE);
 	uint32_t seq = ring->head;
-	struct rig__waiting *w;
 
 	if ((broken & ~RIG__WAITING_ANY) || !(broken & RIG__WAITING(side)) ||
 	    __atomic_load_n(&qp->fed[side], __ATOMIC_RELAXED) == seq ||
@@ -173,14 +199,7 @@ static bool append_waiting(struct rig__qp *qp, enum rig__op op,
 	    (op == RIG__OP_READ &&
 	     (!qp->pub.local || rig__qp_bad_span(&qp->pub, src, src_at, n))))
 		return false;
-	w = &qp->waiting[side][seq & RIG__MASK];
-	w->addr = (uintptr_t)(dst->addr + dst_at);
-	w->lkey = rig__qp_lkey(&qp->pub, dst);
-	w->op = op;
-	if (op == RIG__OP_READ) {
-		w->remote = (uintptr_t)(src->addr + src_at);
-		w->rkey = src->rkey;
-	}
+	qp->waiting[side][seq & RIG__MASK] = waiting_request(qp, op, src, src_at, dst, dst_at);
 	ring->slot[seq & RIG__MASK].len = (uint32_t)n;
 	ring->slot[seq & RIG__MASK].cookie = 0;
 	qp->waited[side]++;
@@ -587,8 +606,8 @@ static bool must_wait(struct rig__qp *qp, enum rig_side side, uint32_t count)
  * A post of a queue pair whose rings are deeper than the NIC's queues,
  * once post_slow checked it and found the queue pair healthy: to the NIC
  * if it has room and nothing waits before the entry, else to the ring's
- * waiting entries; then the posts of either ring move the entries
- * waiting, oldest first (rig(7) Q4).
+ * waiting entries; then the waiting entries of both rings move into the
+ * room known, oldest first (rig(7) Q4).
  */
 static int post_shallow(struct rig__qp *qp, enum rig__op op,
 			const struct rig_region *src, size_t src_at,
@@ -597,17 +616,9 @@ static int post_shallow(struct rig__qp *qp, enum rig__op op,
 	enum rig_side side = op == RIG__OP_RECEIVE ? RIG_RECEIVE : RIG_SEND;
 	struct rig__ring *ring = &qp->pub.ring[side];
 	uint32_t seq = ring->head;
-	struct rig__waiting w = {
-		.addr = (uintptr_t)(dst->addr + dst_at),
-		.lkey = rig__qp_lkey(&qp->pub, dst),
-		.op = op,
-	};
+	struct rig__waiting w = waiting_request(qp, op, src, src_at, dst, dst_at);
 	int ret;
 
-	if (op == RIG__OP_READ) {
-		w.remote = (uintptr_t)(src->addr + src_at);
-		w.rkey = src->rkey;
-	}
 	ring->slot[seq & RIG__MASK].len = (uint32_t)n;
 	ring->slot[seq & RIG__MASK].cookie = 0;
 	if (!sealed(qp) && must_wait(qp, side, 1)) {
@@ -870,13 +881,9 @@ static int poll_batch(struct rig_qp *pub, enum rig_side side,
 		for (i = 0; i < n; i++) {
 			if (wc[i].status != IBV_WC_SUCCESS || !rig__wc_kind_ok(side, &wc[i]))
 				break;
-			c[taken].bytes = side == RIG_RECEIVE ? wc[i].byte_len
-						: ring->slot[ring->tail & RIG__MASK].len;
-			c[taken].error = 0;
-			c[taken].why = NULL;
 			if (cookies)
 				cookies[taken] = ring->slot[ring->tail & RIG__MASK].cookie;
-			ring->tail++;
+			take_success(ring, side, &wc[i], &c[taken]);
 			taken++;
 		}
 		/* The rest go through the slow path, in order. */
