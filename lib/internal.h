@@ -498,6 +498,13 @@ struct rig__qp {
 	 * thread does when it moves entries to the NIC (rig__qp_feed). */
 	bool shallow;
 	pthread_spinlock_t feed_lock;
+	/* No loop lists this queue pair's news yet, so no thread but its
+	 * owner reads its CQs: the owner's inline poll takes the
+	 * completions of a ring whose entries wait, and goes out of line
+	 * only at refill_at (rig__ring_refill). Decided by the owner under
+	 * feed_lock, at each slow call's end (post.c, settle); a loop's
+	 * listing turns it off for good. */
+	bool owner_only;
 	uint32_t fed[2];
 	struct rig__waiting *waiting[2];
 	/* Bit 1 << side: that ring's CQ was found empty during the slow
@@ -568,6 +575,63 @@ static inline bool rig__ring_failed(const struct rig__qp *qp)
 static inline bool rig__ring_backlog(const struct rig__qp *qp, int side)
 {
 	return __atomic_load_n(&qp->pub.broken, __ATOMIC_ACQUIRE) & RIG__WAITING(side);
+}
+
+/* The room a move of @side waits for: a chain of receives, a quarter
+ * of the NIC's depth (at least one, at most RIG_BATCH_MAX / 4), or one
+ * send (post.c, feed_ring; rig(7) Q4). */
+static inline uint32_t rig__ring_move(const struct rig__ring *ring, int side)
+{
+	uint32_t k = ring->depth / 4;
+
+	if (side == RIG_SEND)
+		return 1;
+	return k < 1 ? 1 : k > RIG_BATCH_MAX / 4 ? RIG_BATCH_MAX / 4 : k;
+}
+
+/*
+ * refill_at[side], which the inline poll compares its tail with (rig/qp.h,
+ * rig__qp_poll_out), from fed: for an owner alone (owner_only), the tail
+ * at which one more completion taken gives the NIC's queue room for a
+ * move (tail + depth - fed reaches the move less one), so that the poll
+ * that takes it goes out of line and makes the move, as every poll of
+ * the ring did before the inline poll took them; else fed - RIG__SLOTS,
+ * a tail the ring has passed already (tail >= head - RIG_RING_ENTRIES),
+ * so that every poll of the ring goes out of line, to take feed_lock
+ * beside the loop's thread.
+ */
+static inline void rig__ring_refill(struct rig__qp *qp, int side)
+{
+	const struct rig__ring *ring = &qp->pub.ring[side];
+	uint32_t behind = qp->owner_only ? ring->depth - rig__ring_move(ring, side) + 1
+					 : RIG__SLOTS;
+
+	__atomic_store_n(&qp->pub.refill_at[side], qp->fed[side] - behind, __ATOMIC_RELAXED);
+}
+
+/*
+ * fed[side] moves here and in rig__ring_begin_waiting() only, on every
+ * thread (post.c's feeds and posts, ring.c's F6): @n more entries of @side,
+ * from fed on, went to the NIC (a feed, or a post while the ring's bit
+ * is set and nothing waits), or never will (F5, F6). Nothing while the
+ * bit is clear: head is the count then. Stored whole: the owner reads fed
+ * without feed_lock when it appends behind waiting entries (post.c).
+ */
+static inline void rig__ring_gave(struct rig__qp *qp, int side, uint32_t n)
+{
+	if (rig__ring_backlog(qp, side)) {
+		__atomic_store_n(&qp->fed[side], qp->fed[side] + n, __ATOMIC_RELAXED);
+		rig__ring_refill(qp, side);
+	}
+}
+
+/* Entries of @side start to wait, from head on: fed stops at head, and
+ * the ring's bit tells the inline code (the owner, feed_lock held). */
+static inline void rig__ring_begin_waiting(struct rig__qp *qp, int side)
+{
+	__atomic_store_n(&qp->fed[side], qp->pub.ring[side].head, __ATOMIC_RELAXED);
+	rig__ring_refill(qp, side);
+	__atomic_or_fetch(&qp->pub.broken, RIG__WAITING(side), __ATOMIC_RELEASE);
 }
 
 /* The next entry of @side to go to the NIC: */

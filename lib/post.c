@@ -81,6 +81,17 @@ static int poll_backlog(struct rig__qp *qp, enum rig_side side,
 	return 1;
 }
 
+/* Whether the NIC's queue under ring @side has room for the next move
+ * of the entries waiting there: a poll that took nothing still makes it
+ * then (the inline poll's takes made the room: rig__qp_poll_out). */
+static bool move_due(const struct rig__qp *qp, enum rig_side side)
+{
+	const struct rig__ring *ring = &qp->pub.ring[side];
+
+	return rig__qp_waiting(qp, side) &&
+	       rig__ring_at_nic(qp, side) + rig__ring_move(ring, side) <= ring->depth;
+}
+
 /* The slow poll of a queue pair whose rings are deeper than the NIC's
  * queues: the same, under feed_lock, then a move of the waiting entries
  * of both rings to the NIC (rig(7) Q4). After the poll, not before: the
@@ -99,7 +110,7 @@ static int poll_shallow(struct rig_qp *pub, enum rig_side side,
 		ret = poll_backlog(qp, side, c, &idle);
 	else
 		ret = rig__ring_poll_slow(pub, side, wc, n, wc && n == 0, c);
-	if (!idle) {
+	if (!idle || move_due(qp, side)) {
 		feed(qp, BY_POLL);
 		settle(qp);
 	}
@@ -473,15 +484,6 @@ static bool reap_once(struct rig__qp *qp, enum rig_side side)
 	return true;
 }
 
-/* The fewest receives a feed posts while more wait: a quarter of the
- * NIC's depth, at least one, at most 16. */
-static uint32_t receive_chain(const struct rig__ring *ring)
-{
-	uint32_t k = ring->depth / 4;
-
-	return k < 1 ? 1 : k > RIG_BATCH_MAX / 4 ? RIG_BATCH_MAX / 4 : k;
-}
-
 /* Moves the entries waiting in ring @side to the NIC, oldest first, as
  * far as its depth allows; feed_lock held. When the NIC's queue is
  * full, the CQ is read for room unless @by is a post (which reads a CQ
@@ -517,7 +519,7 @@ static void feed_ring(struct rig__qp *qp, enum rig_side side, enum feeder by,
 		 * of its receives meanwhile (rig(7) Q4). Sends go at once:
 		 * each is a message the peer waits for. Checked before
 		 * anything else: most receives taken move nothing. */
-		if (side == RIG_RECEIVE && room < left && room < receive_chain(ring))
+		if (room < left && room < rig__ring_move(ring, side))
 			return;
 		if (sealed(qp))
 			return;
@@ -534,7 +536,7 @@ static void feed_ring(struct rig__qp *qp, enum rig_side side, enum feeder by,
 		taken = post_chain(qp, side, k, by);
 		if (dry && taken)
 			__atomic_add_fetch(&qp->ran_dry[side], 1, __ATOMIC_RELAXED);
-		__atomic_store_n(&qp->fed[side], qp->fed[side] + taken, __ATOMIC_RELAXED);
+		rig__ring_gave(qp, side, (uint32_t)taken);
 		/* The provider refused for now (the next feed tries again),
 		 * or a refusal failed the queue pair. */
 		if (taken < k)
@@ -551,16 +553,34 @@ static void feed(struct rig__qp *qp, enum feeder by)
 		feed_ring(qp, RIG_RECEIVE, by, true);
 }
 
-/* The owner, at the end of a slow path: once nothing waits in a ring,
- * the inline code may post and poll it again (feed_lock held). */
+/*
+ * The owner, at the end of a slow path (feed_lock held): once nothing
+ * waits in a ring, the inline code may post and poll it again. And
+ * whether the owner is alone with its CQs (owner_only): until the queue
+ * pair's loop lists news, no other thread reads them, and the inline
+ * poll takes a waiting ring's completions up to refill_at. Once the loop
+ * lists (for good), the loop's thread moves entries too, reading the
+ * CQs: from this call on every poll of a waiting ring takes feed_lock,
+ * and the loop's thread, which found owner_only set till now and left
+ * the queue pair alone, moves its entries from its next hand-out on.
+ */
 static void settle(struct rig__qp *qp)
 {
+	bool alone = !qp->loop || !__atomic_load_n(&qp->loop->listing, __ATOMIC_ACQUIRE);
 	int side;
 
-	for (side = RIG_SEND; side <= RIG_RECEIVE; side++)
-		if (rig__ring_backlog(qp, side) && qp->fed[side] == qp->pub.ring[side].head)
+	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
+		if (!rig__ring_backlog(qp, side))
+			continue;
+		if (qp->fed[side] == qp->pub.ring[side].head)
 			__atomic_and_fetch(&qp->pub.broken, ~RIG__WAITING(side),
 					   __ATOMIC_RELEASE);
+		else if (alone != qp->owner_only) {
+			qp->owner_only = alone;
+			rig__ring_refill(qp, side);
+		}
+	}
+	qp->owner_only = alone;
 }
 
 void rig__qp_feed(struct rig__qp *qp)
@@ -568,7 +588,9 @@ void rig__qp_feed(struct rig__qp *qp)
 	if (!qp->shallow || !(rig__qp_broken(&qp->pub) & RIG__WAITING_ANY))
 		return;
 	rig__ring_feed_lock(qp);
-	feed(qp, BY_LOOP);
+	/* The owner may be taking completions inline (settle). */
+	if (!qp->owner_only)
+		feed(qp, BY_LOOP);
 	rig__ring_feed_unlock(qp);
 }
 
@@ -581,10 +603,8 @@ static int wait_room(struct rig__qp *qp, enum rig_side side)
 		if (!qp->waiting[side])
 			return rig__fail(ENOMEM, "no memory for the entries waiting beyond the NIC's depth");
 	}
-	if (!rig__ring_backlog(qp, side)) {
-		qp->fed[side] = qp->pub.ring[side].head;
-		__atomic_or_fetch(&qp->pub.broken, RIG__WAITING(side), __ATOMIC_RELEASE);
-	}
+	if (!rig__ring_backlog(qp, side))
+		rig__ring_begin_waiting(qp, side);
 	return 0;
 }
 
@@ -640,8 +660,7 @@ static int post_shallow(struct rig__qp *qp, enum rig__op op,
 		return rig__fail_verbs(ret, qp->nic,
 				       side == RIG_RECEIVE ? "ibv_post_recv" : "ibv_post_send");
 	ring->head++;
-	if (rig__ring_backlog(qp, side))
-		qp->fed[side]++;
+	rig__ring_gave(qp, side, 1);	/* the bit set, nothing waiting */
 	feed(qp, BY_POST);
 	return 0;
 }
@@ -723,10 +742,10 @@ static int batch_posted(struct rig_qp *pub, enum rig_side side, const void *wr,
 		taken = count;
 
 	pub->ring[side].head += taken;
-	/* The ring's bit is still set, none waiting (rig(7) Q4): these
-	 * went to the NIC, so the next to feed follows them. */
-	if (qp->shallow && rig__ring_backlog(qp, side))
-		qp->fed[side] += taken;
+	/* The ring's bit may still be set, none waiting (rig(7) Q4):
+	 * these went to the NIC, so the next to feed follows them. */
+	if (qp->shallow)
+		rig__ring_gave(qp, side, (uint32_t)taken);
 	if (taken)
 		return taken;
 	return rig__fail_verbs(ret, rig__qp(pub)->nic,

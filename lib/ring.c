@@ -506,8 +506,7 @@ int rig__ring_poll_slow(struct rig_qp *pub, enum rig_side side,
 		ring->ahead = ring->head - ring->tail;
 		qp->completed[side] += ring->ahead;
 		/* Those waiting in the ring never go to the NIC (F5). */
-		if (rig__ring_backlog(qp, side))
-			qp->fed[side] = ring->head;
+		rig__ring_gave(qp, side, ring->head - rig__ring_fed(qp, side));
 	}
 
 	slot = &ring->slot[ring->tail & RIG__MASK];

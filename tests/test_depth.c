@@ -465,7 +465,12 @@ Test(depth, Q4_M3_a_receive_burst_beyond_the_depth, .timeout = 300)
 		cr_assert_eq(ret, 1, "receive %d: %d %s", i, ret, rig_errmsg());
 		cr_assert_eq(c.error, 0, "receive %d: %s", i, c.why);
 		cr_assert(stamped(&rx, (uint32_t)i, (uint32_t)i), "receive %d: another message", i);
-		if (i == 0) {
+		/* The first receive is taken inline; the poll whose take
+		 * makes room for a chain of two reads the CQ, and finds that
+		 * every receive the NIC held has completed: run dry, once. */
+		if (i == 0)
+			cr_assert_eq(ring_stats(b, RIG_RECEIVE).ran_dry, 0);
+		if (i == 1) {
 			s = ring_stats(b, RIG_RECEIVE);
 			cr_assert_eq(s.ran_dry, 1, "b's receive ring ran dry %llu times",
 				     (unsigned long long)s.ran_dry);

@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fake_verbs.h"
@@ -1776,7 +1777,8 @@ static void Q4_P1_a_batch_that_fits_beside_a_waiting_ring(void)
  * polls test no bit of the receive ring's; a poll of the send ring with
  * a send due and none completed moves the receives that eight messages
  * freed room for, all eight; a poll of the idle send ring returns at
- * once and moves nothing; the receive ring's own poll moves a chain.
+ * once and moves nothing; the receive ring's own polls take inline until
+ * the one whose take makes room for a chain, which moves it.
  */
 static void Q4_a_ring_with_nothing_waiting_stays_inline(void)
 {
@@ -1805,13 +1807,74 @@ static void Q4_a_ring_with_nothing_waiting_stays_inline(void)
 	fake_message(f, 4);
 	expect_none(RIG_SEND);
 	cr_assert_eq(taken(RIG_RECEIVE), 16, "a poll of the idle send ring moved receives");
+	/* Inline: the NIC's queue has room for one receive once it is
+	 * taken, and a move waits for a chain of two. */
+	cr_assert_eq(rig__qp_poll_out(f->qp, RIG_RECEIVE), 0);
+	expect_ok(RIG_RECEIVE, 4);
+	cr_assert_eq(taken(RIG_RECEIVE), 16, "the inline receive poll moved %zu",
+		     taken(RIG_RECEIVE) - 16);
+	/* The poll whose take makes room for the chain goes out of line,
+	 * takes it and moves the chain. */
+	cr_assert_neq(rig__qp_poll_out(f->qp, RIG_RECEIVE), 0);
 	expect_ok(RIG_RECEIVE, 4);
 	cr_assert_eq(taken(RIG_RECEIVE), 18, "the receive poll moved %zu, not a chain of 2",
 		     taken(RIG_RECEIVE) - 16);
-	expect_ok(RIG_RECEIVE, 4);
 	for (i = 0; i < 8; i++)
 		cr_assert_eq(f->ring[RIG_RECEIVE].req[i].wr_id, (uint64_t)i);
 	cr_assert_eq(f->ring[RIG_RECEIVE].req[17].wr_id, 17);
+}
+
+/*
+ * Q4, C3: until a loop lists the queue pair's news, no thread but its
+ * owner reads its CQs: the owner's polls take a waiting ring's
+ * completions inline between moves, and the loop's hand-out
+ * (rig__qp_feed) leaves the queue pair alone, since it would read a CQ
+ * the owner reads without the lock. Once the loop lists, the owner's next
+ * out-of-line call turns that off for good: every poll of the waiting
+ * ring goes out of line, and a hand-out moves the entries itself,
+ * reading the CQ. At depth 8 (chains of two), twenty receives: eight at
+ * the NIC, twelve waiting.
+ */
+static void Q4_C3_a_listing_loop_takes_the_polls_out_of_line(void)
+{
+	struct rig_loop *loop = calloc(1, sizeof(*loop));
+	int i;
+
+	cr_assert_not_null(loop);
+	f->q.loop = loop;
+	fake_depth(f, 8);
+	for (i = 0; i < 20; i++)
+		post_one(RIG_RECEIVE, 4);
+	cr_assert_eq(taken(RIG_RECEIVE), 8);
+	cr_assert_eq(rig__qp_poll_out(f->qp, RIG_RECEIVE), 0, "no loop lists: inline");
+	for (i = 0; i < 8; i++)
+		fake_message(f, 4);
+	__atomic_store_n(&loop->listing, true, __ATOMIC_RELEASE);
+	rig__qp_feed(&f->q);
+	cr_assert_eq(taken(RIG_RECEIVE), 8, "the hand-out read the owner's CQ");
+	expect_ok(RIG_RECEIVE, 4);	/* inline */
+	cr_assert_eq(taken(RIG_RECEIVE), 8);
+	cr_assert_neq(rig__qp_poll_out(f->qp, RIG_RECEIVE), 0);
+	expect_ok(RIG_RECEIVE, 4);	/* the refill: reads the CQ, moves 8 */
+	cr_assert_eq(taken(RIG_RECEIVE), 16, "the refill moved %zu", taken(RIG_RECEIVE) - 8);
+	for (i = 0; i < 6; i++) {
+		cr_assert_neq(rig__qp_poll_out(f->qp, RIG_RECEIVE), 0, "poll %d inline", i);
+		expect_ok(RIG_RECEIVE, 4);
+	}
+	cr_assert_eq(f->q.pub.ring[RIG_RECEIVE].ahead, 0);
+	cr_assert_neq(rig__qp_poll_out(f->qp, RIG_RECEIVE), 0, "a listing loop: out of line");
+	for (i = 0; i < 8; i++)
+		fake_message(f, 4);
+	rig__qp_feed(&f->q);
+	cr_assert_eq(taken(RIG_RECEIVE), 20, "the hand-out moved %zu of 4",
+		     taken(RIG_RECEIVE) - 16);
+	for (i = 0; i < 8; i++)
+		expect_ok(RIG_RECEIVE, 4);
+	expect_none(RIG_RECEIVE);
+	for (i = 0; i < 20; i++)
+		cr_assert_eq(f->ring[RIG_RECEIVE].req[i].wr_id, (uint64_t)i);
+	f->q.loop = NULL;
+	free(loop);
 }
 
 static const struct script shallow_scripts[] = {
@@ -1824,6 +1887,7 @@ static const struct script shallow_scripts[] = {
 	SCRIPT(Q4_F2_nothing_follows_a_flush, ALL & ~NIC & ~BNXT),
 	SCRIPT(Q4_P1_a_batch_that_fits_beside_a_waiting_ring, ALL),
 	SCRIPT(Q4_a_ring_with_nothing_waiting_stays_inline, ALL),
+	SCRIPT(Q4_C3_a_listing_loop_takes_the_polls_out_of_line, ALL),
 #undef SCRIPT
 };
 

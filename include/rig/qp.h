@@ -85,6 +85,14 @@ struct rig_qp {
 	 * library keeps past the public fields. */
 	uint32_t lkey_at;
 	struct rig__ring ring[2];	/* indexed by enum rig_side */
+	/* While entries wait in ring side (RIG__WAITING(side)) and nothing
+	 * else is wrong, its inline poll goes on taking completions until
+	 * tail reaches refill_at[side], where the NIC's queue has room for
+	 * the next move; that poll goes out of line and makes it (rig(7)
+	 * Q4). Written by the library under the queue pair's lock, read here
+	 * atomically. Added after rig 0.4, past the end of its block:
+	 * applications never allocate a struct rig_qp (rig(7) ABI). */
+	uint32_t refill_at[2];
 };
 
 /**
@@ -306,12 +314,13 @@ RIG_INLINE uint32_t rig__qp_broken(const struct rig_qp *qp)
 
 /*
  * The bit of qp->broken that says entries wait in ring @side beyond the
- * NIC's depth (rig(7) Q4). It sends that ring's posts and polls out of
- * line, and only that ring's: the other ring's go on inline, and its
- * poll goes out of line, to move them, whenever it finds its CQ empty
- * while entries are due here. Every other bit of broken concerns both
- * rings. (rig 0.4's inline code took every bit for both rings: slower
- * with entries waiting, and as right.)
+ * NIC's depth (rig(7) Q4). It sends that ring's posts out of line, and
+ * its polls once they have taken enough for a move (rig__qp_poll_out),
+ * and only that ring's: the other ring's go on inline, and its poll
+ * goes out of line, to move them, whenever it finds its CQ empty while
+ * entries are due here. Every other bit of broken concerns both rings.
+ * (rig 0.4's inline code took every bit for both rings, and every poll
+ * out of line: slower with entries waiting, and as right.)
  */
 #define RIG__WAITING(side) (1u << (5 + (unsigned)(side)))
 
@@ -321,6 +330,28 @@ RIG_INLINE uint32_t rig__qp_broken_for(const struct rig_qp *qp,
 {
 	return rig__qp_broken(qp) & ~RIG__WAITING(side == RIG_SEND ? RIG_RECEIVE
 								   : RIG_SEND);
+}
+
+/*
+ * Whether the poll of ring @side goes out of line, once its broken word
+ * or its ring's ahead said it might: yes, unless entries merely wait in
+ * the ring (RIG__WAITING(side) alone, nothing reaped ahead) and tail has
+ * not reached refill_at (compared as the distance of two sequence
+ * numbers, so that it holds across their wrap). It reads broken again:
+ * keeping the first read for it costs the hot path a register.
+ */
+RIG_INLINE int rig__qp_poll_out(const struct rig_qp *qp, enum rig_side side)
+{
+	const struct rig__ring *q = &qp->ring[side];
+	uint32_t at;
+
+#if defined(__GNUC__)
+	at = __atomic_load_n(&qp->refill_at[side], __ATOMIC_RELAXED);
+#else
+	at = *(volatile const uint32_t *)&qp->refill_at[side];
+#endif
+	return rig__qp_broken_for(qp, side) != RIG__WAITING(side) || q->ahead ||
+	       (int32_t)(q->tail - at) >= 0;
 }
 
 /* Nonzero unless [at, at + n) lies in live region @r of @qp's NIC and n is
@@ -508,7 +539,8 @@ RIG_INLINE int rig_qp_poll(struct rig_qp *qp, enum rig_side side,
 	if (RIG__UNLIKELY((unsigned)side > RIG_RECEIVE || !c))
 		return rig__qp_poll_slow(qp, side, NULL, 0, c);
 	q = &qp->ring[side];
-	if (RIG__UNLIKELY(rig__qp_broken_for(qp, side) | q->ahead))
+	if (RIG__UNLIKELY(rig__qp_broken_for(qp, side) | q->ahead) &&
+	    rig__qp_poll_out(qp, side))
 		return rig__qp_poll_slow(qp, side, NULL, 0, c);
 	if (q->tail == q->head)
 		return 0;
