@@ -498,13 +498,13 @@ struct rig__qp {
 	 * thread does when it moves entries to the NIC (rig__qp_feed). */
 	bool shallow;
 	pthread_spinlock_t feed_lock;
-	/* No loop lists this queue pair's news yet, so no thread but its
-	 * owner reads its CQs: the owner's inline poll takes the
+	/* The queue pair's loop lists news, so its thread moves waiting
+	 * entries too, reading the CQs (rig__qp_feed). Until then no thread
+	 * but the owner reads them: the owner's inline poll takes the
 	 * completions of a ring whose entries wait, and goes out of line
-	 * only at refill_at (rig__ring_refill). Decided by the owner under
-	 * feed_lock, at each slow call's end (post.c, settle); a loop's
-	 * listing turns it off for good. */
-	bool owner_only;
+	 * only at refill_at (rig__ring_refill). Set by the owner under
+	 * feed_lock, at a slow call's end (post.c, settle), for good. */
+	bool loop_moves;
 	uint32_t fed[2];
 	struct rig__waiting *waiting[2];
 	/* Bit 1 << side: that ring's CQ was found empty during the slow
@@ -591,7 +591,7 @@ static inline uint32_t rig__ring_move(const struct rig__ring *ring, int side)
 
 /*
  * refill_at[side], which the inline poll compares its tail with (rig/qp.h,
- * rig__qp_poll_out), from fed: for an owner alone (owner_only), the tail
+ * rig__qp_poll_out), from fed: for an owner alone (!loop_moves), the tail
  * at which one more completion taken gives the NIC's queue room for a
  * move (tail + depth - fed reaches the move less one), so that the poll
  * that takes it goes out of line and makes the move, as every poll of
@@ -603,8 +603,8 @@ static inline uint32_t rig__ring_move(const struct rig__ring *ring, int side)
 static inline void rig__ring_refill(struct rig__qp *qp, int side)
 {
 	const struct rig__ring *ring = &qp->pub.ring[side];
-	uint32_t behind = qp->owner_only ? ring->depth - rig__ring_move(ring, side) + 1
-					 : RIG__SLOTS;
+	uint32_t behind = qp->loop_moves ? RIG__SLOTS
+					 : ring->depth - rig__ring_move(ring, side) + 1;
 
 	__atomic_store_n(&qp->pub.refill_at[side], qp->fed[side] - behind, __ATOMIC_RELAXED);
 }

@@ -83,7 +83,8 @@ static int poll_backlog(struct rig__qp *qp, enum rig_side side,
 
 /* Whether the NIC's queue under ring @side has room for the next move
  * of the entries waiting there: a poll that took nothing still makes it
- * then (the inline poll's takes made the room: rig__qp_poll_out). */
+ * then, when the inline poll's takes made the room (!loop_moves; else
+ * every take came through here and moved what its room allowed). */
 static bool move_due(const struct rig__qp *qp, enum rig_side side)
 {
 	const struct rig__ring *ring = &qp->pub.ring[side];
@@ -110,7 +111,7 @@ static int poll_shallow(struct rig_qp *pub, enum rig_side side,
 		ret = poll_backlog(qp, side, c, &idle);
 	else
 		ret = rig__ring_poll_slow(pub, side, wc, n, wc && n == 0, c);
-	if (!idle || move_due(qp, side)) {
+	if (!idle || (!qp->loop_moves && move_due(qp, side))) {
 		feed(qp, BY_POLL);
 		settle(qp);
 	}
@@ -556,31 +557,30 @@ static void feed(struct rig__qp *qp, enum feeder by)
 /*
  * The owner, at the end of a slow path (feed_lock held): once nothing
  * waits in a ring, the inline code may post and poll it again. And
- * whether the owner is alone with its CQs (owner_only): until the queue
- * pair's loop lists news, no other thread reads them, and the inline
- * poll takes a waiting ring's completions up to refill_at. Once the loop
- * lists (for good), the loop's thread moves entries too, reading the
- * CQs: from this call on every poll of a waiting ring takes feed_lock,
- * and the loop's thread, which found owner_only set till now and left
- * the queue pair alone, moves its entries from its next hand-out on.
+ * whether the owner is still alone with its CQs: until the queue pair's
+ * loop lists news, no other thread reads them, and the inline poll takes
+ * a waiting ring's completions up to refill_at. Once the loop lists (for
+ * good), its thread moves entries too, reading the CQs (loop_moves): from
+ * this call on every poll of a waiting ring takes feed_lock, and the
+ * loop's thread, which left the queue pair alone till now, moves its
+ * entries from its next hand-out on.
  */
 static void settle(struct rig__qp *qp)
 {
-	bool alone = !qp->loop || !__atomic_load_n(&qp->loop->listing, __ATOMIC_ACQUIRE);
+	uint32_t broken = __atomic_load_n(&qp->pub.broken, __ATOMIC_ACQUIRE);
 	int side;
 
-	for (side = RIG_SEND; side <= RIG_RECEIVE; side++) {
-		if (!rig__ring_backlog(qp, side))
-			continue;
-		if (qp->fed[side] == qp->pub.ring[side].head)
+	if (unlikely(!qp->loop_moves) && qp->loop &&
+	    __atomic_load_n(&qp->loop->listing, __ATOMIC_ACQUIRE)) {
+		qp->loop_moves = true;
+		for (side = RIG_SEND; side <= RIG_RECEIVE; side++)
+			if (broken & RIG__WAITING(side))
+				rig__ring_refill(qp, side);
+	}
+	for (side = RIG_SEND; side <= RIG_RECEIVE; side++)
+		if ((broken & RIG__WAITING(side)) && qp->fed[side] == qp->pub.ring[side].head)
 			__atomic_and_fetch(&qp->pub.broken, ~RIG__WAITING(side),
 					   __ATOMIC_RELEASE);
-		else if (alone != qp->owner_only) {
-			qp->owner_only = alone;
-			rig__ring_refill(qp, side);
-		}
-	}
-	qp->owner_only = alone;
 }
 
 void rig__qp_feed(struct rig__qp *qp)
@@ -588,8 +588,8 @@ void rig__qp_feed(struct rig__qp *qp)
 	if (!qp->shallow || !(rig__qp_broken(&qp->pub) & RIG__WAITING_ANY))
 		return;
 	rig__ring_feed_lock(qp);
-	/* The owner may be taking completions inline (settle). */
-	if (!qp->owner_only)
+	/* Till then the owner may be taking completions inline (settle). */
+	if (qp->loop_moves)
 		feed(qp, BY_LOOP);
 	rig__ring_feed_unlock(qp);
 }

@@ -350,8 +350,8 @@ RIG_INLINE int rig__qp_poll_out(const struct rig_qp *qp, enum rig_side side)
 #else
 	at = *(volatile const uint32_t *)&qp->refill_at[side];
 #endif
-	return rig__qp_broken_for(qp, side) != RIG__WAITING(side) || q->ahead ||
-	       (int32_t)(q->tail - at) >= 0;
+	return (int32_t)(q->tail - at) >= 0 ||
+	       rig__qp_broken_for(qp, side) != RIG__WAITING(side) || q->ahead;
 }
 
 /* Nonzero unless [at, at + n) lies in live region @r of @qp's NIC and n is
