@@ -41,12 +41,19 @@ static int be_nic_open(struct be_nic *nic, const char *dev, int gidx)
 {
 	(void)gidx;	/* rig takes the NIC's RoCE v2 GID itself */
 	const char *spin = getenv("BENCH_RIG_SPIN");	/* ns, -1 adaptive */
+	const char *watch = getenv("BENCH_RIG_WATCH");
 	int ret;
 
 	rig_bench_msg[0] = '\0';
 	ret = rig_nic_open(dev, &nic->nic);
 	if (!ret && spin && *spin)
 		ret = rig_nic_set_spin(nic->nic, strtoll(spin, NULL, 0));
+	/* BENCH_RIG_WATCH=1: the NIC's own loop, which rig_qp_make uses, is
+	 * watched, as a server's loop is: its thread may move entries
+	 * waiting beyond the depth, so every poll of a waiting ring goes
+	 * out of line (rig(7) Q4). Nothing reads the loop's fd here. */
+	if (!ret && watch && *watch == '1')
+		ret = rig_loop_watch(rig_nic_loop(nic->nic));
 	return ret;
 }
 
