@@ -691,6 +691,14 @@ static inline void rig__ring_drained(struct rig__qp *qp, int side)
 			 __ATOMIC_RELAXED);
 }
 
+/* ring.c's one way to change a ring's ahead: the owner's inline poll
+ * reads it atomically (rig__ring_ahead) while the loop's thread may be
+ * reaping the ring under feed_lock (rig(7) Q4). */
+static inline void rig__ring_set_ahead(struct rig__ring *ring, uint32_t ahead)
+{
+	__atomic_store_n(&ring->ahead, ahead, __ATOMIC_RELAXED);
+}
+
 /* ring.c, for post.c (the slow posts above it): a CQE reaped, a ring
  * reaped; the slow poll. */
 void rig__ring_reap_one(struct rig__qp *qp, enum rig_side side, const struct ibv_wc *wc);

@@ -277,7 +277,7 @@ void rig__ring_reap_one(struct rig__qp *qp, enum rig_side side,
 	    (uint32_t)wc->wr_id != seq)
 		return;
 	slot = &ring->slot[seq & RIG__MASK];
-	ring->ahead++;
+	rig__ring_set_ahead(ring, ring->ahead + 1);
 	if (wc->status == IBV_WC_SUCCESS && rig__wc_kind_ok(side, wc)) {
 		slot->failed = 0;
 		if (side == RIG_RECEIVE)
@@ -503,7 +503,7 @@ int rig__ring_poll_slow(struct rig_qp *pub, enum rig_side side,
 		/* The NIC may never complete these (F6): do it here. */
 		for (seq = ring->tail; seq != ring->head; seq++)
 			ring->slot[seq & RIG__MASK].failed = 1;
-		ring->ahead = ring->head - ring->tail;
+		rig__ring_set_ahead(ring, ring->head - ring->tail);
 		qp->completed[side] += ring->ahead;
 		/* Those waiting in the ring never go to the NIC (F5). */
 		rig__ring_gave(qp, side, ring->head - rig__ring_fed(qp, side));
@@ -511,7 +511,7 @@ int rig__ring_poll_slow(struct rig_qp *pub, enum rig_side side,
 
 	slot = &ring->slot[ring->tail & RIG__MASK];
 	ring->tail++;
-	ring->ahead--;
+	rig__ring_set_ahead(ring, ring->ahead - 1);
 	if (slot->failed) {
 		c->bytes = 0;
 		c->error = qp->error;

@@ -333,6 +333,21 @@ RIG_INLINE uint32_t rig__qp_broken_for(const struct rig_qp *qp,
 }
 
 /*
+ * The completions of ring @q reaped ahead. Read atomically: while entries
+ * wait beyond the depth, the loop's thread may reap the ring's CQ under
+ * the queue pair's lock (rig(7) Q4) as the owner's inline poll reads this
+ * on its way out of line.
+ */
+RIG_INLINE uint32_t rig__ring_ahead(const struct rig__ring *q)
+{
+#if defined(__GNUC__)
+	return __atomic_load_n(&q->ahead, __ATOMIC_RELAXED);
+#else
+	return *(volatile const uint32_t *)&q->ahead;
+#endif
+}
+
+/*
  * Whether the poll of ring @side goes out of line, once its broken word
  * or its ring's ahead said it might: yes, unless entries merely wait in
  * the ring (RIG__WAITING(side) alone, nothing reaped ahead) and tail has
@@ -351,7 +366,7 @@ RIG_INLINE int rig__qp_poll_out(const struct rig_qp *qp, enum rig_side side)
 	at = *(volatile const uint32_t *)&qp->refill_at[side];
 #endif
 	return (int32_t)(q->tail - at) >= 0 ||
-	       rig__qp_broken_for(qp, side) != RIG__WAITING(side) || q->ahead;
+	       rig__qp_broken_for(qp, side) != RIG__WAITING(side) || rig__ring_ahead(q);
 }
 
 /* Nonzero unless [at, at + n) lies in live region @r of @qp's NIC and n is
@@ -539,7 +554,7 @@ RIG_INLINE int rig_qp_poll(struct rig_qp *qp, enum rig_side side,
 	if (RIG__UNLIKELY((unsigned)side > RIG_RECEIVE || !c))
 		return rig__qp_poll_slow(qp, side, NULL, 0, c);
 	q = &qp->ring[side];
-	if (RIG__UNLIKELY(rig__qp_broken_for(qp, side) | q->ahead) &&
+	if (RIG__UNLIKELY(rig__qp_broken_for(qp, side) | rig__ring_ahead(q)) &&
 	    rig__qp_poll_out(qp, side))
 		return rig__qp_poll_slow(qp, side, NULL, 0, c);
 	if (q->tail == q->head)
