@@ -143,6 +143,107 @@ Test(depth, Q4_loop_moves_4095_sends_at_depth_8, .timeout = 300)
 }
 
 /*
+ * Q4, C3: a loop that starts to list news on its own thread while the
+ * owner, on another, takes the completions of its waiting rings inline.
+ * Until the loop lists, only the owner reads the CQs, and its polls take
+ * a waiting ring's completions without feed_lock; once the loop lists,
+ * its thread moves waiting entries at each hand-out, reading the CQs,
+ * and the owner's polls of a waiting ring take the lock again (from the
+ * owner's next out-of-line call: rig(7) Q4). Here 4095 receives and 4095
+ * sends wait beyond the depth when the loop thread starts to watch and
+ * hand out news, as fast as it can, while the owner streams every
+ * message through and checks each, in order. Under ThreadSanitizer
+ * (tests/run-all's races job) it also proves that no access of the two
+ * threads to a ring races.
+ */
+static struct rig_qp_stats ring_stats(struct rig_qp *qp, enum rig_side side);
+
+struct lister {
+	struct rig_loop *loop;
+	int go, stop, handed;
+	char err[160];
+};
+
+static void *lists_news(void *arg)
+{
+	struct lister *l = arg;
+	struct rig_ready ready[32];
+	int n;
+
+	while (!__atomic_load_n(&l->go, __ATOMIC_ACQUIRE))
+		usleep(100);
+	if (rig_loop_watch(l->loop)) {
+		snprintf(l->err, sizeof(l->err), "rig_loop_watch: %s", rig_errmsg());
+		return NULL;
+	}
+	while (!__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) {
+		struct pollfd p = { .fd = rig_loop_fd(l->loop), .events = POLLIN };
+
+		poll(&p, 1, 10);
+		n = rig_loop_handle(l->loop, ready, 32);
+		if (n < 0) {
+			snprintf(l->err, sizeof(l->err), "rig_loop_handle: %s", rig_errmsg());
+			return NULL;
+		}
+		l->handed += n;	/* news is only a hint: the owner polls */
+	}
+	return NULL;
+}
+
+Test(depth, Q4_C3_a_loop_starts_listing_beside_an_owner_polling_inline, .timeout = 300)
+{
+	struct rig_nic *nic = shallow_nic();
+	struct lister l = { 0 };
+	struct rig_completion c;
+	struct rig_qp *a, *b;
+	struct t_buf tx, rx;
+	int got = 0, sent = 0, ret;
+	pthread_t th;
+	double end;
+
+	t_buf(&tx, nic, RIG_RING_ENTRIES * MSG, 7);
+	t_buf(&rx, nic, RIG_RING_ENTRIES * MSG, 8);
+	memset(rx.mem, 0, rx.len);
+	cr_assert_eq(rig_loop_open(nic, &l.loop), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_make_in(l.loop, &a), 0, "%s", rig_errmsg());
+	cr_assert_eq(rig_qp_make_in(l.loop, &b), 0, "%s", rig_errmsg());
+	t_connect(a, b);
+	post_receives(b, &rx, RIG_RING_ENTRIES);
+	post_sends(a, &tx, RIG_RING_ENTRIES);
+	cr_assert_eq(pthread_create(&th, NULL, lists_news, &l), 0);
+	end = t_now_ms() + 240000;
+	while (got < RIG_RING_ENTRIES || sent < RIG_RING_ENTRIES) {
+		cr_assert_lt(t_now_ms(), end, "%d received, %d sent after 240 s", got, sent);
+		/* The loop starts listing once the owner is taking inline. */
+		if (got >= 100)
+			__atomic_store_n(&l.go, 1, __ATOMIC_RELEASE);
+		while ((ret = rig_qp_poll(b, RIG_RECEIVE, &c)) == 1) {
+			cr_assert_eq(c.error, 0, "receive %d: %s", got, c.why);
+			cr_assert_eq(c.bytes, MSG);
+			cr_assert(stamped(&rx, (uint32_t)got, (uint32_t)got),
+				  "receive %d holds another message", got);
+			got++;
+		}
+		cr_assert_eq(ret, 0, "%s", rig_errmsg());
+		while ((ret = rig_qp_poll(a, RIG_SEND, &c)) == 1) {
+			cr_assert_eq(c.error, 0, "send %d: %s", sent, c.why);
+			sent++;
+		}
+		cr_assert_eq(ret, 0, "%s", rig_errmsg());
+	}
+	__atomic_store_n(&l.go, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&l.stop, 1, __ATOMIC_RELEASE);
+	pthread_join(th, NULL);
+	cr_assert_eq(l.err[0], 0, "%s", l.err);
+	cr_assert_gt(l.handed, 0, "the loop handed out no news");
+	cr_assert_eq(rig_qp_room(a, RIG_SEND), RIG_RING_ENTRIES);
+	cr_assert_eq(rig_qp_room(b, RIG_RECEIVE), RIG_RING_ENTRIES);
+	cr_assert_eq(ring_stats(b, RIG_RECEIVE).waited, (uint64_t)(RIG_RING_ENTRIES - DEPTH));
+	rig_loop_close(l.loop);
+	rig_nic_close(nic);
+}
+
+/*
  * Q4, T2 (b): at depth 8 both sides post 4095 receives, then 4095 sends
  * each, and each thread waits for all its sends before it polls a
  * receive. It completes: a wait on the send ring moves the receive ring's
