@@ -302,14 +302,21 @@ int rig__qp_poll_slow(struct rig_qp *qp, enum rig_side side,
 #define RIG__UNLIKELY(x) (x)
 #endif
 
+/* A word of the frozen block that another thread's library code may
+ * write: read whole, with no ordering (the slow path orders). */
+RIG_INLINE uint32_t rig__load(const uint32_t *word)
+{
+#if defined(__GNUC__)
+	return __atomic_load_n(word, __ATOMIC_RELAXED);
+#else
+	return *(volatile const uint32_t *)word;
+#endif
+}
+
 /* The slow paths of another thread (rig_nic_events) may set qp->broken. */
 RIG_INLINE uint32_t rig__qp_broken(const struct rig_qp *qp)
 {
-#if defined(__GNUC__)
-	return __atomic_load_n(&qp->broken, __ATOMIC_RELAXED);
-#else
-	return *(volatile const uint32_t *)&qp->broken;
-#endif
+	return rig__load(&qp->broken);
 }
 
 /*
@@ -340,11 +347,7 @@ RIG_INLINE uint32_t rig__qp_broken_for(const struct rig_qp *qp,
  */
 RIG_INLINE uint32_t rig__ring_ahead(const struct rig__ring *q)
 {
-#if defined(__GNUC__)
-	return __atomic_load_n(&q->ahead, __ATOMIC_RELAXED);
-#else
-	return *(volatile const uint32_t *)&q->ahead;
-#endif
+	return rig__load(&q->ahead);
 }
 
 /*
@@ -358,14 +361,8 @@ RIG_INLINE uint32_t rig__ring_ahead(const struct rig__ring *q)
 RIG_INLINE int rig__qp_poll_out(const struct rig_qp *qp, enum rig_side side)
 {
 	const struct rig__ring *q = &qp->ring[side];
-	uint32_t at;
 
-#if defined(__GNUC__)
-	at = __atomic_load_n(&qp->refill_at[side], __ATOMIC_RELAXED);
-#else
-	at = *(volatile const uint32_t *)&qp->refill_at[side];
-#endif
-	return (int32_t)(q->tail - at) >= 0 ||
+	return (int32_t)(q->tail - rig__load(&qp->refill_at[side])) >= 0 ||
 	       rig__qp_broken_for(qp, side) != RIG__WAITING(side) || rig__ring_ahead(q);
 }
 
