@@ -1538,6 +1538,21 @@ Test(remote, M4_peer_on_other_host_reads_nothing_when_the_NIC_grants_all)
 
 enum { PORT_FAR_BOTH = 18661 };
 
+/* 4 KiB each way between @qa, of @na, and @qb, of @nb, in four new
+ * buffers filled from @fill on: the posts of both ends take their keys. */
+static void exchange_both_ways(struct rig_nic *na, struct rig_qp *qa,
+			       struct rig_nic *nb, struct rig_qp *qb, int fill)
+{
+	struct t_buf txa, rxa, txb, rxb;
+
+	t_buf(&txa, na, 4096, fill);
+	t_buf(&rxa, na, 4096, fill + 1);
+	t_buf(&txb, nb, 4096, fill + 2);
+	t_buf(&rxb, nb, 4096, fill + 3);
+	t_exchange(qa, qb, &txa, &rxb, 4096);
+	t_exchange(qb, qa, &txb, &rxa, 4096);
+}
+
 /*
  * M4: a connection by address between two hosts has both its queue pairs
  * in their NICs' far protection domains (not the one of rig_qp_make's
@@ -1547,7 +1562,6 @@ enum { PORT_FAR_BOTH = 18661 };
 Test(remote, M4_both_ends_of_a_connection_across_hosts_are_far)
 {
 	struct rig_qp *ma = t_qp(nic_a), *mb = t_qp(nic_b), *qa, *qb;
-	struct t_buf txa, rxa, txb, rxb;
 
 	dial(getenv("RIG_TEST_IP"), PORT_FAR_BOTH, &qa, &qb);
 	cr_assert_neq(qa->ibqp->pd, ma->ibqp->pd,
@@ -1556,12 +1570,7 @@ Test(remote, M4_both_ends_of_a_connection_across_hosts_are_far)
 		      "the dialer's queue pair is in the protection domain of rig_qp_make's");
 	cr_assert_eq(qa->local, 0);
 	cr_assert_eq(qb->local, 0);
-	t_buf(&txa, nic_a, 4096, 1);
-	t_buf(&rxa, nic_a, 4096, 2);
-	t_buf(&txb, nic_b, 4096, 3);
-	t_buf(&rxb, nic_b, 4096, 4);
-	t_exchange(qa, qb, &txa, &rxb, 4096);
-	t_exchange(qb, qa, &txb, &rxa, 4096);
+	exchange_both_ways(nic_a, qa, nic_b, qb, 1);
 	cr_assert_eq(rig_qp_destroy(qa), 0, "%s", rig_errmsg());
 	cr_assert_eq(rig_qp_destroy(qb), 0, "%s", rig_errmsg());
 }
@@ -1582,7 +1591,6 @@ Test(remote, M4_a_program_built_against_rig_0_3_keeps_near_queue_pairs)
 {
 	struct rig_nic *old_a, *old_b;
 	struct rig_qp *ma, *qa, *qb;
-	struct t_buf txa, rxa, txb, rxb;
 
 	cr_assert_eq(rig_nic_open_as_0_3(t_dev(), &old_a), 0, "%s", rig_errmsg());
 	cr_assert_eq(rig_nic_open_as_0_3(t_peer_dev(), &old_b), 0, "%s", rig_errmsg());
@@ -1594,12 +1602,7 @@ Test(remote, M4_a_program_built_against_rig_0_3_keeps_near_queue_pairs)
 	cr_assert_eq(qb->lkey_at, offsetof(struct rig_region, lkey));
 	cr_assert_eq(qa->local, 0);
 	cr_assert_eq(qb->local, 0);
-	t_buf(&txa, old_a, 4096, 5);
-	t_buf(&rxa, old_a, 4096, 6);
-	t_buf(&txb, old_b, 4096, 7);
-	t_buf(&rxb, old_b, 4096, 8);
-	t_exchange(qa, qb, &txa, &rxb, 4096);
-	t_exchange(qb, qa, &txb, &rxa, 4096);
+	exchange_both_ways(old_a, qa, old_b, qb, 5);
 	cr_assert_eq(rig_nic_close(old_b), 0, "%s", rig_errmsg());
 	cr_assert_eq(rig_nic_close(old_a), 0, "%s", rig_errmsg());
 }
