@@ -771,11 +771,10 @@ static int batch_shallow(struct rig_qp *pub, enum rig_side side,
 		if ((ret = wait_room(qp, side)))
 			return ret;
 		for (i = 0; i < count; i++)
-			qp->waiting[side][(ring->head + i) & RIG__MASK] = (struct rig__waiting){
-				.addr = (uintptr_t)(posts[i].region->addr + posts[i].at),
-				.lkey = rig__qp_lkey(pub, posts[i].region),
-				.op = side == RIG_RECEIVE ? RIG__OP_RECEIVE : RIG__OP_SEND,
-			};
+			qp->waiting[side][(ring->head + i) & RIG__MASK] =
+				waiting_request(qp, side == RIG_RECEIVE ? RIG__OP_RECEIVE
+									: RIG__OP_SEND,
+						NULL, 0, posts[i].region, posts[i].at);
 		qp->waited[side] += (uint32_t)count;
 	}
 	ring->head += count;
